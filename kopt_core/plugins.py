@@ -1,0 +1,82 @@
+"""The plugin manager: hookspecs, entry points in the group ``kopt``, and listing.
+
+Nothing here runs on import. The CLI and embedding tools call ``get_plugin_manager()``; tests build a
+manager with ``load_entrypoints=False`` and register their own plugin objects.
+
+``KOPT_PLUGINS`` (comma-separated entry-point names) restricts which installed plugins load; set it to
+an empty string to load none.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+
+import pluggy
+
+from kopt_core import hookspecs
+
+ENTRY_POINT_GROUP = "kopt"
+ALLOWLIST_ENV = "KOPT_PLUGINS"
+
+hookimpl = pluggy.HookimplMarker("kopt")
+
+
+class PluginManager(pluggy.PluginManager):
+    """pluggy's manager plus the entry points that failed to load, with their reasons."""
+
+    def __init__(self) -> None:
+        super().__init__("kopt")
+        self.add_hookspecs(hookspecs)
+        self.load_failures: dict[str, str] = {}
+
+
+def _allowlist() -> set[str] | None:
+    raw = os.environ.get(ALLOWLIST_ENV)
+    if raw is None:
+        return None
+    return {name.strip() for name in raw.split(",") if name.strip()}
+
+
+def load_entrypoints(pm: PluginManager) -> None:
+    """Load each allowed entry point of the group once. A plugin that fails to import is recorded in
+    ``pm.load_failures`` rather than breaking every command."""
+    allowed = _allowlist()
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if allowed is not None and ep.name not in allowed:
+            continue
+        if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
+            continue
+        try:
+            pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=ep.name)
+        except Exception as exc:  # a broken third-party plugin must not take kopt down
+            pm.load_failures[ep.name] = f"{type(exc).__name__}: {exc}"
+
+
+def get_plugin_manager(*, autoload: bool = True, plugins: tuple = ()) -> PluginManager:
+    """A manager with the given plugin objects registered and, if ``autoload``, the installed ones."""
+    pm = PluginManager()
+    for plugin in plugins:
+        pm.register(plugin)
+    if autoload:
+        load_entrypoints(pm)
+    pm.check_pending()
+    return pm
+
+
+def describe_plugins(pm: PluginManager) -> list[dict]:
+    """Each plugin's name, package version and hooks, for ``kopt plugins``."""
+    dist_of = {id(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
+    rows = []
+    for plugin in pm.get_plugins():
+        name = pm.get_name(plugin)
+        hooks = sorted(caller.name for caller in (pm.get_hookcallers(plugin) or []))
+        row: dict = {"name": name, "hooks": hooks}
+        dist = dist_of.get(id(plugin))
+        if dist is not None:
+            row["package"] = dist.project_name
+            row["version"] = dist.version
+        rows.append(row)
+    for name, reason in sorted(pm.load_failures.items()):
+        rows.append({"name": name, "hooks": [], "error": reason})
+    return sorted(rows, key=lambda row: row["name"])

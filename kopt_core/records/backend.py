@@ -1,0 +1,30 @@
+"""Backends as the core sees them: a descriptor and the answer to 'can it run here?'."""
+
+from __future__ import annotations
+
+from attrs import frozen, field
+
+
+@frozen
+class BackendInfo:
+    """What a backend plugin registers through ``kopt_register_backends``."""
+
+    name: str
+    suffixes: tuple[str, ...] = field(converter=tuple)
+    summary: str = ""
+    needs_gpu: bool = True
+    # Text markers that, found in a file with one of the suffixes, claim it for this backend ahead of a
+    # backend that only matches by suffix (CUTLASS claims .cu files that include cutlass/ or cute/).
+    claims: tuple[str, ...] = field(default=(), converter=tuple)
+    priority: int = 0  # higher wins among backends that claim the same file
+    compile_memory_gib: float = 2.0  # what one compile job may take, for the compile pool
+
+
+@frozen
+class ProbeResult:
+    """Whether a backend's toolchain is usable on this machine, and why not."""
+
+    backend: str
+    available: bool
+    reason: str = ""
+    details: dict = field(factory=dict)

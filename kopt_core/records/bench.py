@@ -1,0 +1,165 @@
+"""What one benchmark asks for and what it found (bench.json)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from attrs import frozen, field
+
+from kopt_core.records.build import Artifact
+from kopt_core.records.kernel import BufferSpec
+
+BENCH_SCHEMA_VERSION = 1
+
+TimingMode = Literal["auto", "per_launch", "graph", "batched"]
+L2Mode = Literal["cold", "warm"]
+Status = Literal["ok", "failed", "error"]
+
+
+@frozen
+class BenchOptions:
+    """How to check and time. Defaults follow MEASUREMENT.md."""
+
+    seeds: tuple[int, ...] = field(default=(0, 1, 2), converter=tuple)
+    recheck_seed: int = 1_000_003  # fresh inputs after the timed loop
+    l2: L2Mode = "cold"
+    mode: TimingMode = "auto"
+    warmup_ms: float = 200.0  # warm up by time, so clocks settle
+    budget_s: float = 3.0  # time budget for timed samples, per timed function
+    rel_precision: float = 0.005  # stop when the median's 95% interval is within +-0.5%
+    min_samples: int = 30
+    max_samples: int = 2000
+    tiny_us: float = 20.0  # below this per-launch time, time as graph replays / batches
+    batch_target_ms: float = 2.0  # a graph or batch runs at least this long per sample
+    timeout_s: float = 300.0  # the whole worker, wall clock
+    time_reference: bool = True
+    atol: float | None = None  # override the reference's tolerances
+    rtol: float | None = None
+
+
+@frozen
+class BenchRequest:
+    """Everything a worker process needs to check and time one artifact."""
+
+    artifact: Artifact
+    reference: str  # path of ref.py
+    dims: dict = field(factory=dict)
+    options: BenchOptions = field(factory=BenchOptions)
+
+
+@frozen
+class TimingStats:
+    """Samples of one timed function and their statistics, all per launch, in milliseconds."""
+
+    mode: str  # per_launch | graph | batched
+    l2: str  # cold | warm, and how ("flush 240 MiB" / "rotate 32 input sets")
+    clock: str  # cuda_events | host
+    launches_per_sample: int
+    n: int
+    median_ms: float
+    p95_ms: float
+    mean_ms: float
+    min_ms: float
+    max_ms: float
+    stddev_ms: float
+    cv: float  # stddev / mean
+    median_ci_rel: float  # half-width of the median's 95% interval over the median
+    stop_reason: str  # "precision reached" | "time budget" | "max samples"
+    warmup_ms: float
+    warmup_launches: int
+    host_median_ms: float | None = None  # host wall time per sample over launches (escape check)
+    samples_ms: tuple[float, ...] = field(default=(), converter=tuple)
+    note: str = ""
+
+
+@frozen
+class Mismatch:
+    buffer: str
+    index: tuple[int, ...] = field(converter=tuple)
+    got: float | None
+    expected: float | None
+
+
+@frozen
+class BufferCheck:
+    buffer: str
+    passed: bool
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    mismatches: int = 0
+    numel: int = 0
+    nan_count: int = 0
+    worst: Mismatch | None = None
+    note: str = ""
+
+
+@frozen
+class CorrectnessCheck:
+    """One run of the kernel against the reference on fresh inputs."""
+
+    seed: int
+    phase: str  # "before_timing" | "after_timing"
+    output_init: str  # "poisoned" | "zeroed"
+    passed: bool
+    inputs_unchanged: bool
+    buffers: tuple[BufferCheck, ...] = field(default=(), converter=tuple)
+    message: str = ""
+
+
+@frozen
+class BufferReport:
+    name: str
+    dtype: str
+    role: str
+    requested_shape: tuple[int, ...] = field(converter=tuple)
+    realised_shape: tuple[int, ...] = field(converter=tuple)
+    init: str
+    sized_by: str
+    bytes: int
+
+
+@frozen
+class Tolerance:
+    atol: float
+    rtol: float
+    source: str  # "reference file" | "dtype default (float32)" | "command line"
+
+
+@frozen
+class DeviceInfo:
+    name: str = ""
+    capability: str = ""
+    sm_count: int | None = None
+    l2_bytes: int | None = None
+    memory_bytes: int | None = None
+    driver: str = ""
+    torch: str = ""
+
+
+@frozen
+class BenchResult:
+    """bench.json: everything that was checked and measured for one kernel."""
+
+    kernel: str
+    backend: str
+    status: Status  # ok: correct and timed; failed: the kernel failed a check; error: could not run
+    correctness_pass: bool = False
+    timing_valid: bool = False
+    error: str | None = None
+    error_stage: str | None = None  # load | reference | correctness | timing | recheck | worker
+    schema_version: int = BENCH_SCHEMA_VERSION
+    reference_file: str = ""
+    dims: dict = field(factory=dict)
+    device: DeviceInfo = field(factory=DeviceInfo)
+    build: Artifact | None = None
+    buffers: tuple[BufferReport, ...] = field(default=(), converter=tuple)
+    tolerance: Tolerance | None = None
+    outputs_must_start_zeroed: bool = False
+    correctness: tuple[CorrectnessCheck, ...] = field(default=(), converter=tuple)
+    kernel_timing: TimingStats | None = None
+    reference_timing: TimingStats | None = None
+    speedup_vs_reference: float | None = None
+    options: BenchOptions = field(factory=BenchOptions)
+    worker_seconds: float | None = None
+    created_at: str = ""
+    kopt_version: str = ""

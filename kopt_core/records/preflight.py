@@ -1,0 +1,19 @@
+"""The static contract check of a kernel file against its dims and reference."""
+
+from __future__ import annotations
+
+from attrs import frozen, field
+
+from kopt_core.records.kernel import KernelInterface
+
+
+@frozen
+class PreflightReport:
+    backend: str
+    interface: KernelInterface | None = None
+    problems: tuple[str, ...] = field(default=(), converter=tuple)  # each one makes the contract fail
+    warnings: tuple[str, ...] = field(default=(), converter=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
