@@ -1,0 +1,46 @@
+"""What a backend's launcher gives the worker.
+
+A launcher is made inside the worker process by the function named in ``Artifact.launcher``
+("module:function", called with the Artifact). It turns named arguments into a ready-to-call launch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable, Protocol
+
+from kopt_core.records import Artifact
+
+
+class Replay(Protocol):
+    """A captured sequence of launches (a CUDA graph) that can be replayed as one unit."""
+
+    launches: int  # kernel launches it holds (what a replay's time is divided by)
+
+    def launch(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Launcher(Protocol):
+    device: str  # "cuda" or "cpu": where tensors live and which clock times them
+
+    def bind(self, args: dict) -> Callable[[], None]:
+        """A no-argument call that launches the kernel on ``args`` (tensors and scalars by name)."""
+
+    def check(self) -> None:
+        """Raise ``LaunchError`` if the last launches failed (bad configuration, missing symbol...)."""
+
+    def capture(self, arg_sets: list[dict]) -> Replay | None:
+        """Capture one launch per entry of ``arg_sets`` into a replayable unit, or None if this kernel
+        cannot be captured (then the harness times batches of plain launches)."""
+
+
+class LaunchError(RuntimeError):
+    """The kernel could not be launched or failed while running."""
+
+
+def load_launcher(artifact: Artifact) -> Launcher:
+    module_name, _, attr = artifact.launcher.partition(":")
+    factory = getattr(importlib.import_module(module_name), attr)
+    return factory(artifact)

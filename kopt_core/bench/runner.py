@@ -1,0 +1,79 @@
+"""Run one bench worker process with a wall-clock timeout and turn whatever happened into a BenchResult."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from kopt_core.jsonio import read_json, write_json
+from kopt_core.records import BenchRequest, BenchResult, from_data, to_data
+
+STDERR_TAIL = 2000
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def run_worker(request: BenchRequest, workdir: str | Path | None = None) -> BenchResult:
+    """Check and time ``request.artifact`` in a fresh process. A crash, a CUDA error or a hang fails this
+    candidate (status ``failed``) and never the caller. Without ``workdir`` the request and result files
+    live in a temporary folder that is removed afterwards."""
+    if workdir is None:
+        folder = Path(tempfile.mkdtemp(prefix="kopt-bench-"))
+        try:
+            return run_worker(request, folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    folder = Path(workdir)
+    folder.mkdir(parents=True, exist_ok=True)
+    request_path = folder / "bench_request.json"
+    result_path = folder / "bench_result.json"
+    result_path.unlink(missing_ok=True)
+    write_json(request_path, to_data(request))
+    timeout = request.options.timeout_s
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kopt_core.bench.worker", str(request_path), str(result_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+    )
+    timed_out = False
+    try:
+        _, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc)
+        stderr = proc.stderr.read() if proc.stderr else ""
+    partial = from_data(read_json(result_path), BenchResult) if result_path.exists() else None
+    if timed_out:
+        return _failed(request, partial, "timeout",
+                       f"the worker did not finish within the {timeout:g} s timeout (a hung or endless kernel?); "
+                       "it was killed", stderr)
+    if proc.returncode != 0:
+        how = (f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}")
+        return _failed(request, partial, "worker", f"the worker process died ({how})", stderr)
+    if partial is None:
+        return _failed(request, None, "worker", "the worker exited without writing a result", stderr)
+    return partial
+
+
+def _failed(request: BenchRequest, partial: BenchResult | None, stage: str, message: str, stderr: str) -> BenchResult:
+    tail = (stderr or "").strip()[-STDERR_TAIL:]
+    error = message + (f"\nworker stderr (last lines):\n{tail}" if tail else "")
+    data = to_data(partial) if partial is not None else {
+        "kernel": request.artifact.source, "backend": request.artifact.backend, "status": "failed",
+        "reference_file": request.reference, "dims": dict(request.dims), "build": to_data(request.artifact),
+        "options": to_data(request.options),
+    }
+    # What the worker had established before it died (buffers, earlier checks) is kept as evidence.
+    data.update(status="failed", error=error, error_stage=stage, timing_valid=False)
+    return from_data(data, BenchResult)

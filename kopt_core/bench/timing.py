@@ -1,0 +1,185 @@
+"""Timing primitives: clocks, warm-up by time, sampling until the median is stable, statistics.
+
+A *sample* is one timed region that runs ``launches`` launches; every figure reported is per launch.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from typing import Callable, Protocol
+
+from kopt_core.records import BenchOptions, TimingStats
+
+Fn = Callable[[], object]
+
+
+class Clock(Protocol):
+    name: str
+
+    def sync(self) -> None: ...
+
+    def time(self, fn: Fn) -> tuple[float, float]:
+        """Run ``fn`` once; return (device milliseconds, host wall milliseconds including a device sync)."""
+
+
+class HostClock:
+    """For backends that run on the CPU: wall time is the time."""
+
+    name = "host"
+
+    def sync(self) -> None:
+        return None
+
+    def time(self, fn: Fn) -> tuple[float, float]:
+        start = time.perf_counter()
+        fn()
+        elapsed = (time.perf_counter() - start) * 1e3
+        return elapsed, elapsed
+
+
+class CudaEventClock:
+    """CUDA events around the region on the legacy default stream, which orders against the per-thread
+    default stream that kopt-built kernels launch on. The host time runs to a full device synchronize,
+    so work that escaped onto another stream shows up there even when the events miss it."""
+
+    name = "cuda_events"
+
+    def __init__(self) -> None:
+        import torch
+
+        self._torch = torch
+        self._start = torch.cuda.Event(enable_timing=True)
+        self._end = torch.cuda.Event(enable_timing=True)
+
+    def sync(self) -> None:
+        self._torch.cuda.synchronize()
+
+    def time(self, fn: Fn) -> tuple[float, float]:
+        torch = self._torch
+        torch.cuda.synchronize()
+        host_start = time.perf_counter()
+        self._start.record()
+        fn()
+        self._end.record()
+        torch.cuda.synchronize()
+        host = (time.perf_counter() - host_start) * 1e3
+        return self._start.elapsed_time(self._end), host
+
+
+def warm_up(clock: Clock, fn: Fn, warmup_ms: float, min_launches: int = 3) -> tuple[int, float]:
+    """Run ``fn`` until ``warmup_ms`` of wall time has passed (clocks settle, caches and modules load)."""
+    launches = 0
+    start = time.perf_counter()
+    while launches < min_launches or (time.perf_counter() - start) * 1e3 < warmup_ms:
+        fn()
+        launches += 1
+        if launches % 8 == 0:
+            clock.sync()
+    clock.sync()
+    return launches, (time.perf_counter() - start) * 1e3
+
+
+def median_ci_rel(samples: list[float]) -> float:
+    """Half-width of a distribution-free 95% interval of the median, relative to the median.
+
+    Uses the order statistics at n/2 -+ 1.96*sqrt(n)/2 (no assumption about the shape of the noise,
+    which for GPU timings is skewed and heavy-tailed)."""
+    n = len(samples)
+    if n < 6:
+        return math.inf
+    ordered = sorted(samples)
+    half = 1.96 * math.sqrt(n) / 2
+    lo = max(0, int(math.floor(n / 2 - half)))
+    hi = min(n - 1, int(math.ceil(n / 2 + half)))
+    med = statistics.median(ordered)
+    if med <= 0:
+        return math.inf
+    return (ordered[hi] - ordered[lo]) / (2 * med)
+
+
+def sample_until_stable(
+    take: Callable[[], tuple[float, float]], options: BenchOptions
+) -> tuple[list[float], list[float], str]:
+    """Take samples until the median's interval is within ``rel_precision``, or the time budget or the
+    sample cap runs out. Returns (device ms per sample, host ms per sample, why it stopped)."""
+    device: list[float] = []
+    host: list[float] = []
+    start = time.perf_counter()
+    check_every = 10
+    while True:
+        d, h = take()
+        device.append(d)
+        host.append(h)
+        n = len(device)
+        if n >= options.max_samples:
+            return device, host, "max samples"
+        if n >= options.min_samples and n % check_every == 0 and median_ci_rel(device) <= options.rel_precision:
+            return device, host, "precision reached"
+        if time.perf_counter() - start >= options.budget_s and n >= 5:
+            return device, host, "time budget"
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    if not ordered:
+        return math.nan
+    pos = (len(ordered) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def summarize(
+    *,
+    device_ms: list[float],
+    host_ms: list[float],
+    launches: int,
+    mode: str,
+    l2: str,
+    clock: str,
+    stop_reason: str,
+    warmup: tuple[int, float],
+    note: str = "",
+) -> TimingStats:
+    per = [d / launches for d in device_ms]
+    ordered = sorted(per)
+    mean = statistics.fmean(per)
+    stddev = statistics.stdev(per) if len(per) > 1 else 0.0
+    host_per = statistics.median(host_ms) / launches if host_ms else None
+    return TimingStats(
+        mode=mode,
+        l2=l2,
+        clock=clock,
+        launches_per_sample=launches,
+        n=len(per),
+        median_ms=statistics.median(per),
+        p95_ms=percentile(ordered, 0.95),
+        mean_ms=mean,
+        min_ms=ordered[0],
+        max_ms=ordered[-1],
+        stddev_ms=stddev,
+        cv=stddev / mean if mean > 0 else math.nan,
+        median_ci_rel=median_ci_rel(per),
+        stop_reason=stop_reason,
+        warmup_launches=warmup[0],
+        warmup_ms=warmup[1],
+        host_median_ms=host_per,
+        samples_ms=tuple(per),
+        note=note,
+    )
+
+
+def escaped_work(stats: TimingStats, sample_host_ms: list[float], sample_device_ms: list[float]) -> str | None:
+    """Say so when the host saw much more time than the events did: work ran where the events could
+    not see it (another stream, another thread)."""
+    if stats.clock != "cuda_events" or not sample_host_ms:
+        return None
+    gap = statistics.median(h - d for h, d in zip(sample_host_ms, sample_device_ms))
+    device = statistics.median(sample_device_ms)
+    if gap > 0.25 * device + 0.2:
+        return (
+            f"host time per sample exceeds the events' by {gap:.3f} ms (events {device:.3f} ms): work "
+            "escaped the timed stream (another stream or thread); synchronize it inside solve"
+        )
+    return None

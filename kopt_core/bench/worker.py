@@ -1,0 +1,393 @@
+"""The bench worker: one process per candidate, so a crash, an illegal address or a hung kernel costs
+that candidate only. Run as ``python -m kopt_core.bench.worker REQUEST.json RESULT.json``.
+
+It checks correctness over several seeds, times the kernel and the reference, checks again with fresh
+inputs after timing, and writes a BenchResult. After each stage it rewrites RESULT.json (atomically),
+so a worker that is killed still leaves what it had established.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import sys
+import time
+import traceback
+
+import torch
+
+import kopt_core
+from kopt_core.bench import buffers as buffer_plan
+from kopt_core.bench.compare import compare, unchanged
+from kopt_core.bench.launchers import LaunchError, load_launcher
+from kopt_core.bench.timing import (
+    CudaEventClock,
+    HostClock,
+    escaped_work,
+    sample_until_stable,
+    summarize,
+    warm_up,
+)
+from kopt_core.errors import ConfigError
+from kopt_core.jsonio import read_json, write_json
+from kopt_core.records import (
+    BenchRequest,
+    BenchResult,
+    BufferReport,
+    CorrectnessCheck,
+    DeviceInfo,
+    TimingStats,
+    from_data,
+    to_data,
+)
+from kopt_core.reference import load_reference
+
+ROTATION_MAX_SETS = 64
+ROTATION_MAX_BYTES = 4 << 30
+MAX_LAUNCHES_PER_SAMPLE = 4096
+
+
+class Stop(Exception):
+    """End the run early with this result status and stage."""
+
+    def __init__(self, status: str, stage: str, message: str):
+        super().__init__(message)
+        self.status, self.stage, self.message = status, stage, message
+
+
+class WorkerRun:
+    def __init__(self, request: BenchRequest, result_path: str):
+        self.request = request
+        self.options = request.options
+        self.result_path = result_path
+        self.fields: dict = {
+            "kernel": request.artifact.source,
+            "backend": request.artifact.backend,
+            "status": "error",
+            "reference_file": request.reference,
+            "dims": dict(request.dims),
+            "build": request.artifact,
+            "options": request.options,
+            "kopt_version": kopt_core.__version__,
+            "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+        self.checks: list[CorrectnessCheck] = []
+        self.started = time.perf_counter()
+
+    # -- bookkeeping -------------------------------------------------------------------------------
+    def result(self) -> BenchResult:
+        fields = dict(self.fields)
+        fields["correctness"] = tuple(self.checks)
+        fields["worker_seconds"] = time.perf_counter() - self.started
+        return BenchResult(**fields)
+
+    def save(self) -> None:
+        write_json(self.result_path, to_data(self.result()))
+
+    # -- stages ------------------------------------------------------------------------------------
+    def run(self) -> BenchResult:
+        try:
+            self._run()
+            self.fields["status"] = "ok"
+        except Stop as stop:
+            self.fields.update(status=stop.status, error_stage=stop.stage, error=stop.message)
+        except ConfigError as exc:
+            self.fields.update(status="error", error_stage="reference", error=str(exc))
+        except Exception as exc:  # anything else is kopt's or the environment's, said plainly
+            self.fields.update(status="error", error_stage="worker", error=_describe(exc))
+        self.save()
+        return self.result()
+
+    def _run(self) -> None:
+        artifact = self.request.artifact
+        try:
+            self.launcher = load_launcher(artifact)
+        except Exception as exc:
+            raise Stop("failed", "load", f"could not load {artifact.path}: {_describe(exc)}") from None
+        self.device = self.launcher.device
+        if self.device == "cuda":
+            if not torch.cuda.is_available():
+                raise Stop("error", "device", "no CUDA device is visible to PyTorch in the worker")
+            # The reference's float32 matmuls must not silently run in TF32.
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+            props = torch.cuda.get_device_properties(0)
+            self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 50 << 20)
+            self.fields["device"] = DeviceInfo(
+                name=props.name, capability=f"{props.major}.{props.minor}", sm_count=props.multi_processor_count,
+                l2_bytes=self.l2_bytes, memory_bytes=props.total_memory, torch=torch.__version__,
+            )
+            self.clock = CudaEventClock()
+        else:
+            self.l2_bytes = 0
+            self.fields["device"] = DeviceInfo(name="cpu", torch=torch.__version__)
+            self.clock = HostClock()
+
+        self.ref = load_reference(self.request.reference)
+        interface = artifact.interface
+        if interface is None:
+            raise Stop("error", "load", f"the {artifact.backend} backend gave no kernel interface")
+        self.interface = interface
+        self.specs, requested = buffer_plan.plan_buffers(interface, self.request.dims, self.ref)
+        self.fields["buffers"] = tuple(
+            BufferReport(
+                name=s.name, dtype=s.dtype, role=s.role, requested_shape=requested[s.name], realised_shape=s.shape,
+                init=s.init, sized_by=s.sized_by, bytes=s.numel * buffer_plan.torch_dtype(s.dtype).itemsize,
+            )
+            for s in self.specs
+        )
+        checked = [s for s in self.specs if s.role != "input"]
+        if not checked:
+            raise Stop("error", "reference", f"{interface.source}: {interface.entry} has no output buffer to check "
+                       "(non-const pointers are outputs; describe roles in buffers() if needed)")
+        self.tolerance = self.ref.tolerance(checked[0].dtype, self.options.atol, self.options.rtol)
+        self.fields["tolerance"] = self.tolerance
+        self.scalars = {p.name: self.request.dims[p.name] for p in interface.scalars}
+        self.save()
+
+        self._allocate()
+        self._correctness()
+        self.fields["correctness_pass"] = True
+        self.save()
+
+        kernel_stats = self._time_kernel()
+        self.fields["kernel_timing"] = kernel_stats
+        self.save()
+
+        self._check_once(self.options.recheck_seed, "after_timing", zeroed=self.fields.get("outputs_must_start_zeroed", False))
+        if not self.checks[-1].passed:
+            self.fields["correctness_pass"] = False
+            raise Stop("failed", "recheck", "after timing, with fresh inputs in the same buffers, the kernel's "
+                       f"output no longer matches the reference: {self.checks[-1].message}")
+        self.fields["timing_valid"] = True
+        if self.options.time_reference:
+            ref_stats = self._time_reference()
+            self.fields["reference_timing"] = ref_stats
+            if ref_stats.median_ms > 0 and kernel_stats.median_ms > 0:
+                self.fields["speedup_vs_reference"] = ref_stats.median_ms / kernel_stats.median_ms
+
+    # -- buffers -----------------------------------------------------------------------------------
+    def _generator(self, seed: int) -> torch.Generator:
+        return torch.Generator(device=self.device).manual_seed(seed)
+
+    def _allocate(self) -> None:
+        gen = self._generator(0)
+        self.tensors = {s.name: buffer_plan.make_tensor(s, self.device, gen) for s in self.specs}
+
+    def _fill(self, seed: int, zeroed: bool) -> dict:
+        """Refill the same buffers in place with fresh inputs (so a kernel that caches by pointer is
+        caught) and poisoned (or zeroed) outputs. Returns the reference's own copies."""
+        gen = self._generator(seed)
+        ref_args: dict = {}
+        for spec in self.specs:
+            tensor = self.tensors[spec.name]
+            if spec.role == "output":
+                tensor.zero_() if zeroed else buffer_plan.poison_(tensor)
+                ref_args[spec.name] = torch.zeros_like(tensor)
+            else:
+                tensor.copy_(buffer_plan.make_tensor(spec, self.device, gen))
+                ref_args[spec.name] = tensor.clone()
+        ref_args.update(self.scalars)
+        return ref_args
+
+    def _expected(self, ref_args: dict) -> dict:
+        try:
+            returned = self.ref.reference(**ref_args)
+        except Exception as exc:
+            raise Stop("error", "reference", f"{self.ref.path}: reference(...) raised {_describe(exc)}") from None
+        outs = [s.name for s in self.specs if s.role != "input"]
+        if isinstance(returned, dict):
+            for name, value in returned.items():
+                if name in outs and isinstance(value, torch.Tensor):
+                    ref_args[name].copy_(value.reshape(ref_args[name].shape))
+        elif isinstance(returned, (tuple, list)) and len(returned) == len(outs):
+            for name, value in zip(outs, returned):
+                if isinstance(value, torch.Tensor):
+                    ref_args[name].copy_(value.reshape(ref_args[name].shape))
+        elif isinstance(returned, torch.Tensor) and len(outs) == 1:
+            ref_args[outs[0]].copy_(returned.reshape(ref_args[outs[0]].shape))
+        return {name: ref_args[name] for name in outs}
+
+    # -- correctness -------------------------------------------------------------------------------
+    def _launch_checked(self, fn, what: str) -> None:
+        try:
+            fn()
+            self.clock.sync()
+            self.launcher.check()
+        except (LaunchError, RuntimeError) as exc:
+            raise Stop("failed", what, f"the kernel failed while running: {_describe(exc)}") from None
+
+    def _check_once(self, seed: int, phase: str, zeroed: bool) -> CorrectnessCheck:
+        ref_args = self._fill(seed, zeroed)
+        before = {s.name: self.tensors[s.name].clone() for s in self.specs if s.role == "input"}
+        expected = self._expected(ref_args)
+        self._launch_checked(self.launcher.bind({**self.tensors, **self.scalars}), phase)
+        checks = tuple(
+            compare(name, self.tensors[name], expected[name], self.tolerance) for name in expected
+        )
+        changed = [name for name, copy in before.items() if not unchanged(copy, self.tensors[name])]
+        passed = all(c.passed for c in checks) and not changed
+        problems = [
+            f"{c.buffer}: {c.mismatches}/{c.numel} elements outside atol={self.tolerance.atol:g} "
+            f"rtol={self.tolerance.rtol:g}" + (f" ({c.note})" if c.note else "")
+            + (f", worst at {list(c.worst.index)}: got {c.worst.got}, expected {c.worst.expected}" if c.worst else "")
+            for c in checks if not c.passed
+        ]
+        if changed:
+            problems.append(f"the kernel wrote into input buffer(s) {', '.join(changed)}")
+        check = CorrectnessCheck(
+            seed=seed, phase=phase, output_init="zeroed" if zeroed else "poisoned", passed=passed,
+            inputs_unchanged=not changed, buffers=checks, message="; ".join(problems),
+        )
+        self.checks.append(check)
+        return check
+
+    def _correctness(self) -> None:
+        zeroed = False
+        has_pure_outputs = any(s.role == "output" for s in self.specs)
+        for seed in self.options.seeds:
+            check = self._check_once(seed, "before_timing", zeroed)
+            if not check.passed and not zeroed and has_pure_outputs and check.inputs_unchanged:
+                # The original skill handed kernels zeroed outputs; a kernel may rely on that. Record it.
+                retry = self._check_once(seed, "before_timing", zeroed=True)
+                if retry.passed:
+                    zeroed = True
+                    self.fields["outputs_must_start_zeroed"] = True
+                    continue
+            if not self.checks[-1].passed:
+                raise Stop("failed", "correctness", f"seed {seed}: {self.checks[-1].message}")
+
+    # -- timing ------------------------------------------------------------------------------------
+    def _rotation_sets(self, set_bytes: int) -> int:
+        if self.options.l2 != "cold" or self.device != "cuda" or set_bytes <= 0:
+            return 1
+        wanted = math.ceil(2 * self.l2_bytes / set_bytes)
+        affordable = max(1, ROTATION_MAX_BYTES // set_bytes)
+        return max(1, min(wanted, affordable, ROTATION_MAX_SETS))
+
+    def _arg_sets(self, count: int, base: dict) -> list[dict]:
+        sets = [base]
+        for _ in range(count - 1):
+            sets.append({k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in base.items()})
+        return sets
+
+    def _measure(self, bind, args: dict, capture, what: str) -> TimingStats:
+        """Time one callable as the options say: per launch with an L2 flush between launches, or, for
+        launches of a few microseconds, as graph replays or batches rotating over input copies."""
+        opts = self.options
+        clock = self.clock
+        single = bind(args)
+        warm = warm_up(clock, single, opts.warmup_ms)
+        estimate = min(clock.time(single)[0] for _ in range(3))
+        mode = opts.mode
+        if mode == "auto":
+            mode = "graph" if (self.device == "cuda" and estimate * 1e3 < opts.tiny_us) else "per_launch"
+        if mode == "graph" and capture is None:
+            mode = "batched"
+        note = ""
+        if mode == "per_launch":
+            flush = self._flusher()
+            l2 = "warm" if flush is None else f"cold (read {self._flush_bytes >> 20} MiB between launches)"
+
+            def take():
+                if flush is not None:
+                    flush()
+                return clock.time(single)
+
+            device, host, reason = sample_until_stable(take, opts)
+            stats = summarize(device_ms=device, host_ms=host, launches=1, mode=mode, l2=l2, clock=clock.name,
+                              stop_reason=reason, warmup=warm)
+        else:
+            set_bytes = sum(v.numel() * v.element_size() for v in args.values() if isinstance(v, torch.Tensor))
+            sets = self._arg_sets(self._rotation_sets(set_bytes), args)
+            per_sample = max(len(sets), math.ceil(opts.batch_target_ms / max(estimate, 1e-4)))
+            per_sample = min(MAX_LAUNCHES_PER_SAMPLE, math.ceil(per_sample / len(sets)) * len(sets))
+            sequence = [sets[i % len(sets)] for i in range(per_sample)]
+            l2 = (f"cold (rotating {len(sets)} input sets)" if len(sets) > 1 else
+                  ("warm" if opts.l2 == "warm" else "warm (one input set)"))
+            replay = capture(sequence) if mode == "graph" else None
+            if mode == "graph" and replay is None:
+                mode, note = "batched", "graph capture was not possible; timed batches of plain launches"
+            if replay is not None:
+                body, launches = replay.launch, replay.launches
+            else:
+                calls = [bind(s) for s in sequence]
+
+                def body():
+                    for call in calls:
+                        call()
+
+                launches = len(calls)
+            warm_up(clock, body, min(opts.warmup_ms, 50.0), min_launches=2)
+            device, host, reason = sample_until_stable(lambda: clock.time(body), opts)
+            if replay is not None:
+                replay.close()
+            stats = summarize(device_ms=device, host_ms=host, launches=launches, mode=mode, l2=l2,
+                              clock=clock.name, stop_reason=reason, warmup=warm, note=note)
+        escaped = escaped_work(stats, host, device)
+        if escaped:
+            raise Stop("failed", "timing", f"{what}: {escaped}")
+        if not stats.median_ms > 0:
+            raise Stop("failed", "timing", f"{what}: median time {stats.median_ms} ms is not positive")
+        return stats
+
+    def _flusher(self):
+        if self.options.l2 != "cold" or self.device != "cuda":
+            return None
+        self._flush_bytes = max(2 * self.l2_bytes, 64 << 20)
+        buffer = torch.ones(self._flush_bytes // 4, dtype=torch.float32, device="cuda")
+
+        def flush() -> None:
+            # Reading (not writing) evicts the L2 without leaving dirty lines that the timed kernel
+            # would then pay to write back.
+            buffer.sum()
+            torch.cuda.synchronize()
+
+        return flush
+
+    def _time_kernel(self) -> TimingStats:
+        launcher = self.launcher
+        try:
+            stats = self._measure(launcher.bind, {**self.tensors, **self.scalars},
+                                  getattr(launcher, "capture", None), "kernel")
+            launcher.check()
+        except (LaunchError, RuntimeError) as exc:
+            raise Stop("failed", "timing", f"the kernel failed while being timed: {_describe(exc)}") from None
+        return stats
+
+    def _time_reference(self) -> TimingStats:
+        ref_args = self._fill(self.options.recheck_seed + 1, False)
+        reference = self.ref.reference
+
+        def bind(args: dict):
+            return lambda: reference(**args)
+
+        try:
+            return self._measure(bind, ref_args, None, "reference")
+        except Stop:
+            raise
+        except Exception as exc:
+            raise Stop("error", "reference", f"timing the reference failed: {_describe(exc)}") from None
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m kopt_core.bench.worker REQUEST.json RESULT.json", file=sys.stderr)
+        return 2
+    request = from_data(read_json(argv[0]), BenchRequest)
+    try:
+        WorkerRun(request, argv[1]).run()
+    except Exception:
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""The ``kopt`` command line: thin commands over kopt_core's functions.
+
+Exit codes follow the seed: 0 ok, 2 no valid kernel, 3 hardware/tool failure, 4 bad kernel file,
+reference or dims. Click's own usage errors are configuration errors (4), never 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from kopt_core import __version__
+from kopt_core.errors import EXIT_CONFIG, KoptError
+from kopt_core.cli import render
+
+
+class KoptGroup(click.Group):
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            code = super().main(args=args, prog_name=prog_name or "kopt", complete_var=complete_var,
+                                standalone_mode=False, **extra)
+        except click.exceptions.Abort:
+            render.error("aborted")
+            code = 1
+        except click.ClickException as exc:  # usage errors: a bad command line is a configuration error
+            exc.show()
+            code = EXIT_CONFIG
+        except KoptError as exc:
+            render.error(str(exc))
+            code = exc.exit_code
+        if not standalone_mode:
+            return code
+        sys.exit(code or 0)
+
+
+@click.group(cls=KoptGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kopt")
+def cli() -> None:
+    """kopt: make GPU kernels faster with evidence instead of guesswork."""
+
+
+def _plugin_manager():
+    from kopt_core.plugins import get_plugin_manager
+
+    return get_plugin_manager()
+
+
+@cli.command("plugins")
+def plugins_cmd() -> int:
+    """List loaded plugins (name, package version, hooks) as JSON."""
+    from kopt_core.plugins import describe_plugins
+
+    click.echo(json.dumps(describe_plugins(_plugin_manager()), indent=2))
+    return 0
+
+
+@cli.command("backends")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def backends_cmd(as_json: bool) -> int:
+    """List backends: file suffixes, whether each is available here, and why not."""
+    from kopt_core.steps.backends import list_backends
+
+    rows = list_backends(_plugin_manager())
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+    else:
+        render.backends_table(rows)
+    return 0
+
+
+def _seeds(_ctx, _param, value: str) -> tuple[int, ...]:
+    try:
+        seeds = tuple(int(s) for s in value.split(",") if s.strip())
+    except ValueError:
+        raise click.BadParameter("give seeds as integers separated by commas, e.g. 0,1,2") from None
+    if not seeds:
+        raise click.BadParameter("give at least one seed")
+    return seeds
+
+
+@cli.command(
+    "bench",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+)
+@click.argument("kernel", type=click.Path(dir_okay=False))
+@click.option("--ref", "reference", required=True, type=click.Path(dir_okay=False),
+              help="Reference file with reference(**kwargs).")
+@click.option("--dims", "dims_json", default=None, help='Dims as JSON, e.g. \'{"M":4096,"N":4096}\'.')
+@click.option("--backend", default=None, help="Backend name (default: detected from the file).")
+@click.option("--arch", default=None, help="Target architecture, e.g. sm_90a (default: the GPU's).")
+@click.option("--seeds", default="0,1,2", callback=_seeds, show_default=True, help="Correctness seeds.")
+@click.option("--l2", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
+              help="Flush (or rotate past) the L2 before each timed launch, or not.")
+@click.option("--mode", type=click.Choice(["auto", "per_launch", "graph", "batched"]), default="auto",
+              show_default=True, help="Timing mode; auto uses graph replays for kernels under --tiny-us.")
+@click.option("--warmup-ms", type=float, default=200.0, show_default=True, help="Warm-up time per timed function.")
+@click.option("--budget-s", type=float, default=3.0, show_default=True, help="Sampling time budget per function.")
+@click.option("--precision", type=float, default=0.005, show_default=True,
+              help="Stop sampling when the median's 95%% interval is within this relative half-width.")
+@click.option("--tiny-us", type=float, default=20.0, show_default=True,
+              help="Kernels faster than this are timed as graph replays / batches.")
+@click.option("--timeout-s", type=float, default=300.0, show_default=True, help="Wall-clock limit for the worker.")
+@click.option("--atol", type=float, default=None, help="Override the reference's atol.")
+@click.option("--rtol", type=float, default=None, help="Override the reference's rtol.")
+@click.option("--no-reference-timing", is_flag=True, help="Do not time the reference.")
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write bench.json here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED)
+def bench_cmd(kernel, reference, dims_json, backend, arch, seeds, l2, mode, warmup_ms, budget_s, precision,
+              tiny_us, timeout_s, atol, rtol, no_reference_timing, out, as_json, extra) -> int:
+    """Check KERNEL against its reference over several seeds and time both.
+
+    Dims follow as --NAME=VALUE (e.g. --M=4096 --N=4096 --K=4096) or --dims JSON.
+    """
+    from kopt_core.dims import parse_dims
+    from kopt_core.jsonio import dumps, write_json
+    from kopt_core.records import BenchOptions, to_data
+    from kopt_core.steps.bench import bench_kernel, exit_code
+
+    try:
+        dims = parse_dims(dims_json, extra)
+        options = BenchOptions(
+            seeds=seeds, l2=l2, mode=mode, warmup_ms=warmup_ms, budget_s=budget_s, rel_precision=precision,
+            tiny_us=tiny_us, timeout_s=timeout_s, atol=atol, rtol=rtol, time_reference=not no_reference_timing,
+        )
+        result = bench_kernel(_plugin_manager(), kernel, reference, dims, backend=backend, options=options,
+                              arch=arch, on_warning=render.warning)
+    except KoptError as exc:
+        if as_json:
+            click.echo(dumps({"status": "error", "error": str(exc), "exit_code": exc.exit_code}), nl=False)
+        raise
+    data = to_data(result)
+    if out:
+        write_json(out, data)
+    if as_json:
+        click.echo(dumps(data), nl=False)
+    else:
+        render.bench_report(result)
+    return exit_code(result)
+
+
+def main() -> None:
+    cli.main()

@@ -1,0 +1,3 @@
+from kopt_core.cli import main
+
+main()

@@ -1,0 +1,87 @@
+"""What people see: rich tables and messages. Tools use --json instead."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from kopt_core.records import BenchResult, TimingStats
+
+out = Console()
+err = Console(stderr=True)
+
+
+def error(message: str) -> None:
+    err.print(f"[bold red]kopt: error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
+
+
+def warning(message: str) -> None:
+    err.print(f"[yellow]kopt: warning:[/] {message}", highlight=False, soft_wrap=True)
+
+
+def backends_table(rows: list[dict]) -> None:
+    table = Table(title="kopt backends")
+    for column in ("backend", "suffixes", "available", "why not / where"):
+        table.add_column(column)
+    for row in rows:
+        details = row.get("details") or {}
+        where = row["reason"] or ", ".join(f"{k}={v}" for k, v in details.items() if isinstance(v, (str, int)) and v)
+        table.add_row(row["name"], " ".join(row["suffixes"]), "yes" if row["available"] else "[red]no[/]", where)
+    out.print(table)
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1e3:.2f} us" if value < 1 else f"{value:.4f} ms"
+
+
+def _timing_row(table: Table, label: str, stats: TimingStats | None) -> None:
+    if stats is None:
+        return
+    table.add_row(label, f"median {_ms(stats.median_ms)}  p95 {_ms(stats.p95_ms)}  min {_ms(stats.min_ms)}")
+    table.add_row("", f"n={stats.n} x {stats.launches_per_sample} launch(es), CV {stats.cv:.2%}, "
+                      f"median +-{stats.median_ci_rel:.2%} (95%), {stats.stop_reason}")
+    table.add_row("", f"{stats.mode}, L2 {stats.l2}, {stats.clock}")
+
+
+def bench_report(result: BenchResult) -> None:
+    ok = result.status == "ok" and result.correctness_pass and result.timing_valid
+    table = Table(title=f"kopt bench: {result.kernel}", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    table.add_row("verdict", "[green]PASS[/]" if ok else f"[red]{result.status.upper()}[/]")
+    if result.error:
+        table.add_row("error", f"[red]{result.error}[/] (stage: {result.error_stage})")
+    device = result.device
+    if device.capability:
+        table.add_row("device", f"{device.name} (sm {device.capability}, {device.sm_count} SMs)")
+    elif device.name:
+        table.add_row("device", device.name)
+    if result.build is not None:
+        b = result.build
+        res = "; ".join(
+            f"{r.name[:40]}: {r.registers} regs, {r.shared_bytes} B smem, spills {r.spill_store_bytes}/{r.spill_load_bytes}"
+            for r in b.resources
+        )
+        table.add_row("build", f"{b.compiler} {b.arch}, {'cache hit' if b.cache_hit else 'built'} "
+                               f"in {b.build_seconds:.1f} s")
+        if res:
+            table.add_row("", res)
+    for buf in result.buffers:
+        table.add_row(f"buffer {buf.name}", f"{buf.role} {buf.dtype}{list(buf.realised_shape)} ({buf.sized_by})")
+    if result.tolerance is not None:
+        table.add_row("tolerance", f"atol {result.tolerance.atol:g}, rtol {result.tolerance.rtol:g} "
+                                   f"({result.tolerance.source})")
+    for check in result.correctness:
+        worst = max((c.max_abs_err or 0.0 for c in check.buffers), default=0.0)
+        state = "[green]pass[/]" if check.passed else f"[red]fail[/] {check.message}"
+        table.add_row(f"seed {check.seed}", f"{check.phase}, outputs {check.output_init}: {state} "
+                                            f"(max abs err {worst:.3g})")
+    if result.outputs_must_start_zeroed:
+        table.add_row("note", "[yellow]the kernel relies on its outputs starting zeroed[/]")
+    _timing_row(table, "kernel", result.kernel_timing)
+    _timing_row(table, "reference", result.reference_timing)
+    if result.speedup_vs_reference is not None:
+        table.add_row("speedup vs reference", f"{result.speedup_vs_reference:.2f}x")
+    out.print(table)

@@ -1,0 +1,76 @@
+"""The static contract between a kernel's interface, the dims given, and the reference file."""
+
+from __future__ import annotations
+
+import inspect
+
+from kopt_core.bench.buffers import plan_buffers
+from kopt_core.errors import ConfigError
+from kopt_core.records import KernelInterface
+from kopt_core.reference import ReferenceModule
+
+INTEGER_SCALARS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
+
+
+def check_dims(interface: KernelInterface, dims: dict) -> tuple[list[str], list[str]]:
+    """(problems, warnings) about the dims against the entry point's scalar parameters."""
+    problems, warnings = [], []
+    where = f"{interface.entry}(...) in {interface.source}" + (f" (line {interface.line})" if interface.line else "")
+    for param in interface.scalars:
+        if param.name not in dims:
+            problems.append(f"missing dim {param.name}: {where} takes `{param.ctype} {param.name}`; "
+                            f"pass --{param.name}=VALUE")
+            continue
+        value = dims[param.name]
+        if param.dtype in INTEGER_SCALARS and not isinstance(value, int):
+            problems.append(f"dim {param.name}={value!r} must be an integer ({where} takes `{param.ctype}`)")
+        elif param.dtype in INTEGER_SCALARS and param.dtype.startswith("uint") and value < 0:
+            problems.append(f"dim {param.name}={value} is negative but `{param.ctype}` is unsigned")
+    names = {p.name for p in interface.params}
+    for name in dims:
+        if name not in names:
+            warnings.append(f"dim {name} is not a parameter of {where}; it is passed to workload_model only")
+    return problems, warnings
+
+
+def check_reference(interface: KernelInterface, ref: ReferenceModule, dims: dict) -> list[str]:
+    problems = []
+    names = [p.name for p in interface.params]
+    try:
+        inspect.signature(ref.reference).bind(**{name: None for name in names})
+    except TypeError as exc:
+        try:
+            params = ", ".join(inspect.signature(ref.reference).parameters)
+        except (TypeError, ValueError):
+            params = "?"
+        problems.append(
+            f"{ref.path}: reference({params}) cannot take the kernel's arguments ({', '.join(names)}): {exc}; "
+            "name its parameters like the kernel's, or accept **kwargs"
+        )
+    if ref.workload_model is not None:
+        try:
+            model = ref.workload_model(**dims)
+        except Exception as exc:
+            problems.append(f"{ref.path}: workload_model(**dims) raised {type(exc).__name__}: {exc}")
+        else:
+            if not isinstance(model, dict) or not all(
+                isinstance(model.get(k), (int, float)) and model.get(k) >= 0 for k in ("flops", "bytes_min")
+            ):
+                problems.append(f"{ref.path}: workload_model(**dims) must return {{'flops': number >= 0, "
+                                f"'bytes_min': number >= 0}}, got {model!r}")
+    return problems
+
+
+def check_contract(interface: KernelInterface, ref: ReferenceModule, dims: dict) -> list[str]:
+    """Every static problem, or warnings only. Raises ConfigError listing all problems."""
+    problems, warnings = check_dims(interface, dims)
+    if not problems:  # the reference's functions are called with the dims: only once they are complete
+        problems += check_reference(interface, ref, dims)
+    if not problems:
+        try:
+            plan_buffers(interface, dims, ref)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise ConfigError("the kernel's contract does not hold:\n  - " + "\n  - ".join(problems))
+    return warnings

@@ -1,0 +1,66 @@
+"""Kernel dimensions from the command line: ``--dims '{"M": 4096}'`` and the seed's ``--M=4096``."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from kopt_core.errors import ConfigError
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _number(name: str, raw: object) -> int | float:
+    if isinstance(raw, bool):
+        raise ConfigError(f"dim {name}={raw!r} is a boolean; give a number, e.g. --{name}=4096")
+    if isinstance(raw, (int, float)):
+        return raw
+    text = str(raw).strip().replace("_", "")
+    try:
+        return int(text, 0)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(
+            f"dim {name}={raw!r} is not a number; give an integer or a float, e.g. --{name}=4096"
+        ) from None
+
+
+def parse_dims(dims_json: str | None, extra_args: list[str] | tuple[str, ...]) -> dict[str, int | float]:
+    """Merge ``--dims`` JSON with ``--NAME=VALUE`` / ``--NAME VALUE`` arguments (the latter win)."""
+    dims: dict[str, int | float] = {}
+    if dims_json:
+        try:
+            loaded = json.loads(dims_json)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(
+                f"--dims is not valid JSON ({exc.msg} at column {exc.colno}); "
+                'write it as --dims \'{"M": 4096, "N": 4096}\''
+            ) from None
+        if not isinstance(loaded, dict):
+            raise ConfigError('--dims must be a JSON object such as {"M": 4096, "N": 4096}')
+        for name, value in loaded.items():
+            if not _NAME.match(str(name)):
+                raise ConfigError(f"dim name {name!r} in --dims is not an identifier")
+            dims[str(name)] = _number(str(name), value)
+    args = list(extra_args)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--") or len(arg) < 3:
+            raise ConfigError(f"unexpected argument {arg!r}; dims are given as --NAME=VALUE, e.g. --N=4096")
+        body = arg[2:]
+        if "=" in body:
+            name, value = body.split("=", 1)
+        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+            name, value = body, args[i + 1]
+            i += 1
+        else:
+            raise ConfigError(f"option {arg} has no value; dims are given as --NAME=VALUE, e.g. --N=4096")
+        if not _NAME.match(name):
+            raise ConfigError(f"unknown option {arg}; dims are given as --NAME=VALUE with NAME an identifier")
+        dims[name] = _number(name, value)
+        i += 1
+    return dims

@@ -1,0 +1,65 @@
+"""Which NVIDIA GPU this machine has, asked of nvidia-smi (the parent process never initialises CUDA:
+workers do, one per candidate)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from attrs import frozen
+
+# A kernel built with no GPU to ask targets this architecture (kopt's reference machine is an H200).
+DEFAULT_ARCH = "sm_90a"
+
+
+@frozen
+class GpuInfo:
+    index: int
+    name: str
+    capability: str  # "9.0"
+    driver: str
+    memory_mib: int | None
+
+
+def detect_gpus(timeout_s: float = 20.0) -> tuple[list[GpuInfo], str]:
+    """(GPUs, reason there are none). Respects a numeric CUDA_VISIBLE_DEVICES."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return [], "nvidia-smi is not on PATH: this machine has no NVIDIA driver (no GPU)"
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=index,name,compute_cap,driver_version,memory.total",
+             "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=timeout_s, check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [], f"nvidia-smi failed: {exc}"
+    if out.returncode != 0:
+        return [], f"nvidia-smi failed: {(out.stderr or out.stdout).strip()[:300]}"
+    gpus = []
+    for line in out.stdout.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 5:
+            continue
+        try:
+            memory = int(float(parts[4]))
+        except ValueError:
+            memory = None
+        gpus.append(GpuInfo(index=int(parts[0]), name=parts[1], capability=parts[2], driver=parts[3],
+                            memory_mib=memory))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and all(v.strip().isdigit() for v in visible.split(",") if v.strip()):
+        wanted = [int(v) for v in visible.split(",") if v.strip()]
+        gpus = [g for i in wanted for g in gpus if g.index == i]
+    if not gpus:
+        return [], "nvidia-smi lists no usable GPU" + (" (CUDA_VISIBLE_DEVICES hides them)" if visible else "")
+    return gpus, ""
+
+
+def arch_for_capability(capability: str) -> str:
+    """nvcc's architecture for a compute capability: the arch-specific ('a') target on Hopper and
+    datacenter Blackwell, whose wgmma / tcgen05 instructions exist only there; the plain one elsewhere."""
+    major, _, minor = capability.partition(".")
+    number = f"{int(major)}{int(minor or 0)}"
+    return f"sm_{number}a" if int(major) in (9, 10) else f"sm_{number}"

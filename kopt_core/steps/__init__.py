@@ -1,0 +1,1 @@
+"""The steps of kopt's loop, each a function the CLI (and any embedding tool) calls."""

@@ -1,0 +1,99 @@
+"""``kopt bench``: check one kernel against its reference and time both, honestly.
+
+Order matters for exit codes: static checks first (a bad file is exit 4 even without a GPU), then the
+toolchain and the build, then the GPU (a valid kernel on a machine without one is exit 3).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from kopt_core.backends import BackendRegistry
+from kopt_core.errors import EXIT_CONFIG, EXIT_HARDWARE, EXIT_INVALID_KERNEL, EXIT_OK, ConfigError, HardwareError
+from kopt_core.hardware import DEFAULT_ARCH, arch_for_capability, detect_gpus
+from kopt_core.contract import check_contract
+from kopt_core.records import Artifact, BenchOptions, BenchRequest, BenchResult, Candidate, PreflightReport, Toolchain
+from kopt_core.reference import ReferenceModule, load_reference
+
+
+def preflight(pm, candidate: Candidate, dims: dict, ref: ReferenceModule) -> PreflightReport:
+    """The backend's static checks, then the core's contract checks (dims, reference, buffers)."""
+    report = pm.hook.kopt_preflight(candidate=candidate, dims=dims, reference=ref)
+    if report is None:
+        raise ConfigError(f"the {candidate.backend} backend has no preflight check (kopt_preflight)",
+                          hint="its plugin is incomplete; pick another backend with --backend")
+    if report.problems:
+        raise ConfigError(f"{candidate.path}: " + "; ".join(report.problems))
+    warnings = check_contract(report.interface, ref, dims)
+    return PreflightReport(backend=report.backend, interface=report.interface,
+                           warnings=tuple(report.warnings) + tuple(warnings))
+
+
+def build(pm, candidate: Candidate, build_dir: Path, arch: str) -> Artifact:
+    artifact = pm.hook.kopt_compile(candidate=candidate, build_dir=build_dir, toolchain=Toolchain(arch=arch))
+    if artifact is None:
+        raise ConfigError(f"the {candidate.backend} backend cannot build {candidate.path} (no kopt_compile)")
+    return artifact
+
+
+def bench_kernel(
+    pm,
+    kernel: str | Path,
+    reference: str | Path,
+    dims: dict,
+    *,
+    backend: str | None = None,
+    options: BenchOptions | None = None,
+    arch: str | None = None,
+    build_dir: str | Path | None = None,
+    on_warning=None,
+) -> BenchResult:
+    """Preflight, build, check and time ``kernel`` against ``reference``. Raises KoptError for what the
+    user must fix; returns a BenchResult (possibly failed) once a worker ran."""
+    options = options or BenchOptions()
+    path = Path(kernel)
+    if not path.is_file():
+        raise ConfigError(f"kernel file {path} does not exist", hint="pass the path of your .cu or .py kernel")
+    registry = BackendRegistry.from_plugins(pm)
+    info = registry.get(backend) if backend else registry.detect(path)
+    ref = load_reference(reference)
+    candidate = Candidate(path=str(path.resolve()), backend=info.name, name=path.stem)
+    report = preflight(pm, candidate, dims, ref)
+    for warning in report.warnings:
+        if on_warning:
+            on_warning(warning)
+
+    probe = registry.probe(pm, info.name)
+    if not probe.available:
+        raise HardwareError(f"the {info.name} backend cannot run here: {probe.reason}")
+    gpus, no_gpu = detect_gpus() if info.needs_gpu else ([], "")
+    if arch is None:
+        arch = arch_for_capability(gpus[0].capability) if gpus else DEFAULT_ARCH
+    if build_dir is None:
+        with tempfile.TemporaryDirectory(prefix="kopt-build-") as scratch:
+            artifact = build(pm, candidate, Path(scratch), arch)
+    else:
+        artifact = build(pm, candidate, Path(build_dir), arch)
+    if info.needs_gpu and not gpus:
+        raise HardwareError(
+            f"no GPU: {no_gpu}. {path.name} passed its contract checks and builds for {arch}; run kopt bench "
+            "on a machine with an NVIDIA GPU to check and time it"
+        )
+    request = BenchRequest(artifact=artifact, reference=str(Path(reference).resolve()), dims=dict(dims),
+                           options=options)
+    result = pm.hook.kopt_bench(artifact=artifact, request=request)
+    if result is None:
+        raise ConfigError(f"the {info.name} backend cannot benchmark (no kopt_bench)")
+    return result
+
+
+def exit_code(result: BenchResult) -> int:
+    """0 correct and timed; 2 the kernel failed; 3 no device in the worker; 4 the reference is at fault."""
+    if result.status == "ok" and result.correctness_pass and result.timing_valid:
+        return EXIT_OK
+    if result.status == "error" and result.error_stage == "device":
+        return EXIT_HARDWARE
+    if result.status == "error" and result.error_stage == "reference":
+        return EXIT_CONFIG
+    return EXIT_INVALID_KERNEL

@@ -1,0 +1,118 @@
+"""Inside the bench worker: load a kopt_cuda shared library and call its ``solve`` through ctypes."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Callable
+
+from kopt_core.bench.launchers import LaunchError
+from kopt_core.records import Artifact, KernelInterface
+
+SCALAR_CTYPES = {
+    "int8": ctypes.c_int8,
+    "uint8": ctypes.c_uint8,
+    "int16": ctypes.c_int16,
+    "uint16": ctypes.c_uint16,
+    "int32": ctypes.c_int32,
+    "uint32": ctypes.c_uint32,
+    "int64": ctypes.c_int64,
+    "uint64": ctypes.c_uint64,
+    "float32": ctypes.c_float,
+    "float64": ctypes.c_double,
+    "bool": ctypes.c_bool,
+}
+
+
+class CudaGraphReplay:
+    """solve's launches captured on the per-thread default stream into one CUDA graph."""
+
+    def __init__(self, lib: ctypes.CDLL, exec_handle: ctypes.c_void_p, launches: int):
+        self._lib, self._exec, self.launches = lib, exec_handle, launches
+
+    def launch(self) -> None:
+        code = self._lib.kopt_shim_graph_launch(self._exec)
+        if code:
+            raise LaunchError(f"cudaGraphLaunch failed with CUDA error {code}")
+
+    def close(self) -> None:
+        if self._exec:
+            self._lib.kopt_shim_graph_destroy(self._exec)
+            self._exec = ctypes.c_void_p()
+
+
+class CudaLauncher:
+    device = "cuda"
+
+    def __init__(self, artifact: Artifact):
+        if artifact.interface is None:
+            raise LaunchError("the artifact carries no parsed solve signature")
+        self.interface: KernelInterface = artifact.interface
+        self.lib = ctypes.CDLL(artifact.path, mode=ctypes.RTLD_LOCAL)
+        self.solve = getattr(self.lib, self.interface.entry)
+        self.solve.restype = None
+        self.solve.argtypes = [
+            ctypes.c_void_p if p.kind == "buffer" else SCALAR_CTYPES[p.dtype] for p in self.interface.params
+        ]
+        self.lib.kopt_shim_last_error.argtypes = [ctypes.c_char_p, ctypes.c_int]
+        self.lib.kopt_shim_capture_end.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int)]
+        self.lib.kopt_shim_graph_launch.argtypes = [ctypes.c_void_p]
+        self.lib.kopt_shim_graph_destroy.argtypes = [ctypes.c_void_p]
+
+    def _cargs(self, args: dict) -> tuple:
+        values = []
+        for p in self.interface.params:
+            value = args[p.name]
+            if p.kind == "buffer":
+                values.append(ctypes.c_void_p(value.data_ptr()))
+            else:
+                values.append(SCALAR_CTYPES[p.dtype](value))
+        return tuple(values)
+
+    def bind(self, args: dict) -> Callable[[], None]:
+        cargs = self._cargs(args)
+        solve = self.solve
+        return lambda: solve(*cargs)
+
+    def last_error(self) -> str | None:
+        text = ctypes.create_string_buffer(512)
+        code = self.lib.kopt_shim_last_error(text, len(text))
+        return text.value.decode(errors="replace") if code else None
+
+    def check(self) -> None:
+        error = self.last_error()
+        if error:
+            raise LaunchError(error)
+
+    def _capture(self, calls: list[Callable[[], None]]) -> tuple[ctypes.c_void_p | None, int]:
+        self.check()
+        if self.lib.kopt_shim_capture_begin():
+            self.last_error()
+            return None, 0
+        for call in calls:
+            call()
+        handle, kernels = ctypes.c_void_p(), ctypes.c_int(0)
+        if self.lib.kopt_shim_capture_end(ctypes.byref(handle), ctypes.byref(kernels)):
+            self.last_error()
+            return None, 0
+        return handle, kernels.value
+
+    def capture(self, arg_sets: list[dict]) -> CudaGraphReplay | None:
+        # One call first: how many kernels does one solve launch into the capture? Zero means solve
+        # launches elsewhere (its own stream) or not at all: such a graph would time nothing.
+        probe, per_call = self._capture([self.bind(arg_sets[0])])
+        if probe is None or per_call == 0:
+            if probe is not None:
+                self.lib.kopt_shim_graph_destroy(probe)
+            return None
+        self.lib.kopt_shim_graph_destroy(probe)
+        handle, kernels = self._capture([self.bind(args) for args in arg_sets])
+        if handle is None:
+            return None
+        if kernels != per_call * len(arg_sets):
+            self.lib.kopt_shim_graph_destroy(handle)
+            return None
+        return CudaGraphReplay(self.lib, handle, len(arg_sets))
+
+
+def load(artifact: Artifact) -> CudaLauncher:
+    return CudaLauncher(artifact)

@@ -1,0 +1,99 @@
+"""The CUDA backend's hook implementations (entry point ``cuda`` in the group ``kopt``).
+
+kopt_cutlass reuses ``preflight_solve``, ``compile_solve`` and ``bench_solve`` with its own flags.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kopt_core import hookimpl
+from kopt_core.bench import run_worker
+from kopt_core.errors import ConfigError
+from kopt_core.records import Artifact, BackendInfo, BenchRequest, Candidate, PreflightReport, ProbeResult, Toolchain
+
+NAME = "cuda"
+SHIM = Path(__file__).parent / "shim" / "kopt_shim.cu"
+
+INFO = BackendInfo(
+    name=NAME,
+    suffixes=(".cu",),
+    summary='CUDA C++ kernels exposing extern "C" void solve(...), built with nvcc',
+    needs_gpu=True,
+    compile_memory_gib=2.0,
+)
+
+
+def preflight_solve(candidate: Candidate) -> PreflightReport:
+    from kopt_cuda.signature import parse_solve
+
+    path = Path(candidate.path)
+    try:
+        source = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read kernel file {path}: {exc}") from None
+    interface = parse_solve(source, str(path))
+    outputs = [p for p in interface.buffers if not p.is_const]
+    if not outputs:
+        return PreflightReport(backend=candidate.backend, interface=interface,
+                               problems=(f"solve (line {interface.line}) has no non-const pointer: nothing to check",))
+    warnings = ()
+    if len(outputs) == len(interface.buffers) > 1:
+        # Every pointer is non-const: all are treated as outputs (poisoned), which is wrong for inputs.
+        warnings = (
+            f"{path.name}: no pointer of solve is const, so kopt treats {', '.join(p.name for p in outputs)} all "
+            "as outputs; make inputs const, or give roles in the reference's buffers()",
+        )
+    return PreflightReport(backend=candidate.backend, interface=interface, warnings=warnings)
+
+
+def compile_solve(candidate: Candidate, build_dir: Path, toolchain: Toolchain, *, extra_flags=(),
+                  include_dirs=()) -> Artifact:
+    from kopt_cuda.build import build_shared_library
+
+    interface = preflight_solve(candidate).interface
+    return build_shared_library(
+        [Path(candidate.path), SHIM], toolchain=toolchain, build_dir=Path(build_dir), extra_flags=tuple(extra_flags),
+        include_dirs=tuple(include_dirs), backend=candidate.backend, launcher="kopt_cuda.launch:load",
+        interface=interface,
+    )
+
+
+@hookimpl
+def kopt_register_backends(register):
+    register(INFO)
+
+
+@hookimpl
+def kopt_probe(backend, env):
+    if backend != NAME:
+        return None
+    from kopt_cuda.build import find_nvcc, nvcc_version
+
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return ProbeResult(backend=NAME, available=False,
+                           reason="nvcc not found on PATH, CUDA_HOME, CUDA_PATH or /usr/local/cuda*; install the "
+                                  "CUDA toolkit or set CUDA_HOME")
+    return ProbeResult(backend=NAME, available=True, details={"nvcc": nvcc, "nvcc_version": nvcc_version(nvcc)})
+
+
+@hookimpl
+def kopt_preflight(candidate, dims, reference):
+    if candidate.backend != NAME:
+        return None
+    return preflight_solve(candidate)
+
+
+@hookimpl
+def kopt_compile(candidate, build_dir, toolchain):
+    if candidate.backend != NAME:
+        return None
+    return compile_solve(candidate, build_dir, toolchain)
+
+
+@hookimpl
+def kopt_bench(artifact, request: BenchRequest):
+    if artifact.backend != NAME:
+        return None
+    return run_worker(request)
