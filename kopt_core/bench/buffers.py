@@ -81,32 +81,31 @@ def plan_buffers(interface: KernelInterface, dims: dict, ref) -> tuple[tuple[Buf
     requested: dict[str, tuple[int, ...]] = {}
     for param in interface.buffers:
         desc = described.get(param.name)
-        if desc is not None:
-            if not isinstance(desc, dict) or "shape" not in desc:
-                raise ConfigError(f"{ref.path}: buffers()[{param.name!r}] needs a 'shape'")
+        if desc is not None and not isinstance(desc, dict):
+            raise ConfigError(f"{ref.path}: buffers()[{param.name!r}] must be a dict (shape, dtype, role, init)")
+        if desc is not None and "shape" in desc:
+            raw = desc["shape"] if isinstance(desc["shape"], (list, tuple)) else (desc["shape"],)
             try:
-                shape = tuple(int(s) for s in (desc["shape"] if isinstance(desc["shape"], (list, tuple))
-                                               else (desc["shape"],)))
+                shape = tuple(int(s) for s in raw)
             except (TypeError, ValueError):
                 raise ConfigError(f"{ref.path}: buffers()[{param.name!r}]['shape'] must be integers") from None
             if not shape or any(s <= 0 for s in shape):
                 raise ConfigError(f"{ref.path}: buffers()[{param.name!r}] has shape {shape}; extents must be > 0")
-            dtype = desc.get("dtype", param.dtype)
-            role = desc.get("role", "input" if param.is_const else "output")
             sized_by = "reference buffers()"
             requested[param.name] = shape
-        else:
+        else:  # no description, or one that gives only dtype / role / init: the rule sizes it
             shape = (realised_elems,)
-            dtype = param.dtype
-            role = "input" if param.is_const else "output"
             sized_by = rule
             requested[param.name] = (requested_elems,)
+        desc = desc or {}
+        dtype = desc.get("dtype", param.dtype)
+        role = desc.get("role", "input" if param.is_const else "output")
         if dtype is None:
             raise ConfigError(
                 f"{interface.source}: parameter {param.name!r} ({param.ctype}) has no element type kopt can "
                 "allocate",
-                hint=f"describe it in the reference: buffers(**dims) -> {{'{param.name}': {{'shape': ..., "
-                "'dtype': 'float32', 'role': 'input'}}}}",
+                hint="describe it in the reference: buffers(**dims) returning "
+                + repr({param.name: {"dtype": "float32", "role": "input"}}) + " (a 'shape' is optional)",
             )
         if role not in ROLES:
             raise ConfigError(f"{ref.path}: buffers()[{param.name!r}] role {role!r} is not one of {ROLES}")
@@ -115,7 +114,7 @@ def plan_buffers(interface: KernelInterface, dims: dict, ref) -> tuple[tuple[Buf
                 f"{ref.path}: buffers() gives const parameter {param.name!r} role {role!r}; a const pointer is "
                 "an input"
             )
-        init = (desc or {}).get("init") or default_init(dtype)
+        init = desc.get("init") or default_init(dtype)
         if init not in INITS and not (isinstance(init, str) and init.startswith("randint:")):
             raise ConfigError(f"{ref.path}: buffers()[{param.name!r}] init {init!r} is not one of {INITS} or "
                               "'randint:LO:HI'")

@@ -27,6 +27,7 @@ def make_converter() -> cattrs.Converter:
     converter = cattrs.Converter(forbid_extra_keys=False)
     # JSON has no NaN or infinity: a value that is not finite is unknown, written as null.
     converter.register_unstructure_hook(float, _finite_or_none)
+    converter.register_structure_hook(float, lambda value, _: math.nan if value is None else float(value))
     converter.register_structure_hook(tuple, lambda value, _: tuple(value))
     return converter
 

@@ -1,0 +1,113 @@
+"""Records survive the trip to JSON and back; the JSON writer is atomic."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+
+from kopt_core.jsonio import read_json, write_json
+from kopt_core.records import (
+    Artifact,
+    BenchOptions,
+    BenchRequest,
+    BenchResult,
+    BufferCheck,
+    CorrectnessCheck,
+    KernelInterface,
+    KernelResources,
+    Mismatch,
+    Param,
+    TimingStats,
+    from_data,
+    migrate,
+    to_data,
+)
+from kopt_core.records import converter as conv
+
+
+def _interface() -> KernelInterface:
+    return KernelInterface(
+        entry="solve",
+        params=[
+            Param(name="x", kind="buffer", ctype="const float*", dtype="float32", is_const=True),
+            Param(name="N", kind="scalar", ctype="int", dtype="int32"),
+        ],
+        source="k.cu",
+        line=3,
+    )
+
+
+def _result() -> BenchResult:
+    artifact = Artifact(
+        backend="cuda", source="k.cu", path="/tmp/lib.so", launcher="kopt_cuda.launch:load",
+        interface=_interface(), flags=["-O3"], resources=[KernelResources(name="_Z1kv", registers=32)],
+    )
+    stats = TimingStats(
+        mode="graph", l2="cold", clock="cuda_events", launches_per_sample=64, n=3, median_ms=0.01, p95_ms=0.012,
+        mean_ms=0.0105, min_ms=0.0098, max_ms=0.012, stddev_ms=0.001, cv=math.nan, median_ci_rel=math.inf,
+        stop_reason="time budget", warmup_ms=200.0, warmup_launches=1000, samples_ms=[0.0098, 0.01, 0.012],
+    )
+    check = CorrectnessCheck(
+        seed=0, phase="before_timing", output_init="poisoned", passed=False, inputs_unchanged=True,
+        buffers=[BufferCheck(buffer="y", passed=False, mismatches=2, numel=8,
+                             worst=Mismatch(buffer="y", index=[7], got=None, expected=1.5))],
+    )
+    return BenchResult(kernel="k.cu", backend="cuda", status="failed", build=artifact, kernel_timing=stats,
+                       correctness=[check], options=BenchOptions(seeds=[4, 5]))
+
+
+def test_bench_result_round_trip_through_json(tmp_path):
+    result = _result()
+    path = write_json(tmp_path / "bench.json", to_data(result))
+    data = read_json(path)
+    assert data["schema_version"] == 1
+    # JSON has no NaN or infinity: unknown values are written as null
+    assert data["kernel_timing"]["cv"] is None and data["kernel_timing"]["median_ci_rel"] is None
+    back = from_data(data, BenchResult)
+    assert back.build == result.build
+    assert back.correctness == result.correctness
+    assert back.options.seeds == (4, 5)
+    assert back.kernel_timing.samples_ms == (0.0098, 0.01, 0.012)
+
+
+def test_unknown_keys_are_tolerated_on_read():
+    data = to_data(_result())
+    data["added_by_a_newer_kopt"] = {"x": 1}
+    assert from_data(data, BenchResult).kernel == "k.cu"
+
+
+def test_bench_request_round_trip():
+    request = BenchRequest(artifact=_result().build, reference="ref.py", dims={"N": 4}, options=BenchOptions())
+    assert from_data(json.loads(json.dumps(to_data(request))), BenchRequest) == request
+
+
+def test_migration_steps_run_in_order(monkeypatch):
+    monkeypatch.setitem(conv.MIGRATIONS, "doc", {1: lambda d: {"schema_version": 1, "b": d["a"]}, 2: lambda d: {**d, "c": 3}})
+    assert migrate("doc", {"schema_version": 1, "a": 2}, 3) == {"schema_version": 3, "b": 2, "c": 3}
+    with pytest.raises(ValueError, match="newer"):
+        migrate("doc", {"schema_version": 9}, 3)
+    with pytest.raises(ValueError, match="no migration"):
+        migrate("other", {"schema_version": 1}, 2)
+
+
+def test_atomic_write_keeps_the_old_document_when_serialisation_fails(tmp_path):
+    target = tmp_path / "state.json"
+    write_json(target, {"v": 1})
+    with pytest.raises(ValueError):
+        write_json(target, {"v": float("nan")})  # not JSON: must not clobber the file
+    assert read_json(target) == {"v": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # no temporary file left behind
+
+
+def test_atomic_write_replaces_in_one_rename(tmp_path, monkeypatch):
+    target = tmp_path / "doc.json"
+    write_json(target, {"v": 1})
+    calls = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: (calls.append((a, b)), real_replace(a, b)))
+    write_json(target, {"v": 2})
+    assert len(calls) == 1 and calls[0][1] == target
+    assert read_json(target) == {"v": 2}

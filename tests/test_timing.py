@@ -1,0 +1,70 @@
+"""The sampling rule and statistics, on synthetic samples (the clocks themselves are exercised by the
+harness tests on the CPU and by the GPU tests)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+from kopt_core.bench.timing import escaped_work, median_ci_rel, sample_until_stable, summarize
+from kopt_core.records import BenchOptions
+
+
+def test_median_interval_shrinks_with_more_and_tighter_samples():
+    rng = random.Random(1)
+    wide = [1.0 + rng.gauss(0, 0.05) for _ in range(50)]
+    tight = [1.0 + rng.gauss(0, 0.001) for _ in range(50)]
+    many = [1.0 + rng.gauss(0, 0.05) for _ in range(2000)]
+    assert median_ci_rel(tight) < median_ci_rel(wide)
+    assert median_ci_rel(many) < median_ci_rel(wide)
+    assert median_ci_rel([1.0] * 5) == math.inf  # too few to say anything
+    assert median_ci_rel([2.0] * 40) == 0.0
+
+
+def _source(values):
+    it = itertools.cycle(values)
+
+    def take():
+        device = next(it)
+        return device, device + 0.01
+
+    return take
+
+
+def test_sampling_stops_when_precise_enough():
+    options = BenchOptions(min_samples=30, max_samples=1000, rel_precision=0.005, budget_s=60)
+    device, host, reason = sample_until_stable(_source([1.0, 1.001, 0.999, 1.0005]), options)
+    assert reason == "precision reached" and len(device) == 30 and len(host) == 30
+
+
+def test_sampling_stops_at_the_sample_cap_when_noise_never_settles():
+    options = BenchOptions(min_samples=10, max_samples=200, rel_precision=1e-6, budget_s=60)
+    _, _, reason = sample_until_stable(_source([1.0, 2.0, 3.0, 0.5]), options)
+    assert reason == "max samples"
+
+
+def test_sampling_stops_at_the_time_budget():
+    options = BenchOptions(min_samples=1000, max_samples=10**9, rel_precision=1e-9, budget_s=0.05)
+    device, _, reason = sample_until_stable(_source([1.0, 2.0]), options)
+    assert reason == "time budget" and len(device) >= 5
+
+
+def test_summary_reports_per_launch_figures():
+    stats = summarize(device_ms=[10.0, 12.0, 11.0, 30.0], host_ms=[10.5, 12.5, 11.5, 30.5], launches=10,
+                      mode="graph", l2="cold", clock="cuda_events", stop_reason="time budget", warmup=(100, 200.0))
+    assert stats.median_ms == 1.15 and stats.min_ms == 1.0 and stats.max_ms == 3.0
+    assert stats.samples_ms == (1.0, 1.2, 1.1, 3.0)
+    assert stats.host_median_ms == 1.2
+    assert 2.0 < stats.p95_ms <= 3.0
+    assert stats.cv > 0
+
+
+def test_work_hidden_from_the_events_is_detected():
+    base = dict(launches=1, mode="per_launch", l2="cold", stop_reason="x", warmup=(1, 1.0))
+    honest = summarize(device_ms=[1.0] * 20, host_ms=[1.05] * 20, clock="cuda_events", **base)
+    assert escaped_work(honest, [1.05] * 20, [1.0] * 20) is None
+    hidden = summarize(device_ms=[0.01] * 20, host_ms=[3.0] * 20, clock="cuda_events", **base)
+    assert "escaped" in escaped_work(hidden, [3.0] * 20, [0.01] * 20)
+    host_clock = summarize(device_ms=[1.0] * 20, host_ms=[1.0] * 20, clock="host", **base)
+    assert escaped_work(host_clock, [9.0] * 20, [1.0] * 20) is None
