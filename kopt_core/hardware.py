@@ -4,6 +4,7 @@ workers do, one per candidate)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -58,8 +59,15 @@ def detect_gpus(timeout_s: float = 20.0) -> tuple[list[GpuInfo], str]:
 
 
 def arch_for_capability(capability: str) -> str:
-    """nvcc's architecture for a compute capability: the arch-specific ('a') target on Hopper and
-    datacenter Blackwell, whose wgmma / tcgen05 instructions exist only there; the plain one elsewhere."""
-    major, _, minor = capability.partition(".")
-    number = f"{int(major)}{int(minor or 0)}"
-    return f"sm_{number}a" if int(major) in (9, 10) else f"sm_{number}"
+    """nvcc's architecture for a compute capability ("9.0" -> "sm_90a").
+
+    Hopper and datacenter Blackwell get the architecture-specific ("a") target, whose wgmma, TMA
+    multicast and tcgen05 instructions exist only there; other GPUs get the plain one.
+    """
+    from kopt_core.errors import ConfigError
+
+    match = re.fullmatch(r"(\d+)\.(\d+)", capability.strip())
+    if not match:
+        raise ConfigError(f"compute capability {capability!r} is not of the form MAJOR.MINOR (e.g. 9.0)")
+    major, minor = int(match.group(1)), int(match.group(2))
+    return f"sm_{major}{minor}{'a' if major in (9, 10) else ''}"

@@ -203,8 +203,9 @@ def find_cutlass(
 
 
 def compile_flags(headers: CutlassHeaders) -> list[str]:
-    """nvcc flags that CUTLASS/CuTe code needs: C++17, relaxed constexpr, and the include paths."""
-    flags = ["-std=c++17", "--expt-relaxed-constexpr", f"-I{headers.include_dir}"]
+    """nvcc flags that CUTLASS/CuTe code needs on top of kopt_cuda's base flags (which already select
+    C++17): relaxed constexpr and the include paths."""
+    flags = ["--expt-relaxed-constexpr", f"-I{headers.include_dir}"]
     if headers.util_include_dir:
         flags.append(f"-I{headers.util_include_dir}")
     return flags

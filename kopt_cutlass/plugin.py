@@ -1,18 +1,21 @@
-"""The ``cutlass`` backend plugin (entry point ``kopt_cutlass.plugin`` in the group ``kopt``).
+"""The ``cutlass`` backend plugin (entry point ``cutlass`` in the group ``kopt``).
 
-In this version the backend registers its descriptor and says whether it can run here: it needs the
-CUTLASS/CuTe headers (see ``kopt_cutlass.headers``) and nvcc. Building and benchmarking reuse the CUDA
-backend and land with the CUTLASS backend issue. Importing this module has no side effects.
+A CUTLASS kernel is a CUDA kernel file (``extern "C" void solve(...)``) that includes CUTLASS or CuTe:
+it is parsed, built and benchmarked by the CUDA backend's functions, with the CUTLASS headers found by
+``kopt_cutlass.headers`` and the flags CUTLASS needs. Importing this module has no side effects.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
+from pathlib import Path
 
 from kopt_core import hookimpl
+from kopt_core.bench import run_worker
+from kopt_core.errors import HardwareError
 from kopt_core.records.backend import BackendInfo, ProbeResult
-from kopt_cutlass.headers import discover
+from kopt_cuda.build import find_nvcc as cuda_find_nvcc
+from kopt_cuda.plugin import compile_solve, preflight_solve
+from kopt_cutlass.headers import compile_flags, discover
 
 BACKEND = "cutlass"
 
@@ -35,30 +38,11 @@ HEADERS_HINT = (
 NVCC_HINT = "install the CUDA toolkit and put nvcc on PATH (or set CUDA_HOME)"
 
 
-def _fallback_find_nvcc() -> str | None:
-    """nvcc on PATH or under CUDA_HOME/CUDA_PATH//usr/local/cuda, for when kopt_cuda is not importable."""
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
-    for root in roots:
-        if root:
-            candidate = os.path.join(root, "bin", "nvcc")
-            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-                return candidate
-    return None
-
-
 def find_nvcc() -> tuple[str | None, str]:
-    """(path to nvcc or None, how it was looked up). Uses ``kopt_cuda.build.find_nvcc`` when that
-    module is importable, a plain PATH/CUDA_HOME lookup otherwise; never raises."""
-    try:
-        from kopt_cuda.build import find_nvcc as cuda_find_nvcc
-    except ImportError:
-        return _fallback_find_nvcc(), "PATH/CUDA_HOME lookup (kopt_cuda.build not importable)"
+    """(path to nvcc or None, how it was looked up); never raises, as a probe must not."""
     try:
         return cuda_find_nvcc(), "kopt_cuda.build.find_nvcc"
-    except Exception as exc:  # a probe must not raise
+    except Exception as exc:
         return None, f"kopt_cuda.build.find_nvcc failed: {type(exc).__name__}: {exc}"
 
 
@@ -95,3 +79,27 @@ def kopt_probe(backend, env):
     if nvcc is None:
         reasons.append(f"nvcc not found ({nvcc_lookup}); to fix: {NVCC_HINT}")
     return ProbeResult(backend=BACKEND, available=not reasons, reason=" | ".join(reasons), details=details)
+
+
+@hookimpl
+def kopt_preflight(candidate, dims, reference):
+    if candidate.backend != BACKEND:
+        return None
+    return preflight_solve(candidate)
+
+
+@hookimpl
+def kopt_compile(candidate, build_dir, toolchain):
+    if candidate.backend != BACKEND:
+        return None
+    headers, searched = discover()
+    if headers is None:
+        raise HardwareError("CUTLASS headers not found; searched: " + "; ".join(searched), hint=HEADERS_HINT)
+    return compile_solve(candidate, Path(build_dir), toolchain, extra_flags=compile_flags(headers))
+
+
+@hookimpl
+def kopt_bench(artifact, request):
+    if artifact.backend != BACKEND:
+        return None
+    return run_worker(request)

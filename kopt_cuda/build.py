@@ -1,0 +1,326 @@
+"""Build a candidate ``.cu`` file into a shared library with nvcc, cached by content.
+
+Every candidate becomes one ``lib.so`` that a bench worker loads with ctypes. Builds are cached under a
+key that covers everything that can change the binary: the sources, every header they include (found
+with ``nvcc -M``), the flags, the architecture and the nvcc version. The cache holds builds, never
+timings.
+
+The default stream is per-thread (``--default-stream per-thread``) on purpose: kopt captures the launches
+``solve`` makes into a CUDA graph to time tiny kernels, and stream capture refuses work on the legacy
+default stream, which synchronises with every other stream.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from functools import lru_cache
+from pathlib import Path
+
+import attrs
+
+from kopt_core.errors import ConfigError, HardwareError
+from kopt_core.jsonio import read_json, write_json, write_text_atomic
+from kopt_core.records import from_data, to_data
+from kopt_core.records.build import Artifact, KernelResources, Toolchain
+from kopt_core.records.kernel import KernelInterface
+
+BUILD_TIMEOUT_S = 600.0
+# Bump when the way a build is made or stored changes, so old cache entries are not reused.
+_CACHE_FORMAT = 1
+_ERROR_LINES = 30
+
+_ARCH = re.compile(r"sm_(\d{2,3})([af]?)")
+_PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
+_PTXAS_PROPERTIES = re.compile(r"Function properties for (\S+)")
+_PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_REGISTERS = re.compile(r"Used (\d+) registers")
+_PTXAS_BARRIERS = re.compile(r"used (\d+) barriers")
+_PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
+_PTXAS_CMEM = re.compile(r"(\d+) bytes cmem\[\d+\]")
+_PTXAS_CHATTER = re.compile(r"^ptxas info\b|^\s+\d+ bytes stack frame")
+
+
+def find_nvcc() -> str | None:
+    """The nvcc to use: PATH first, then the usual CUDA install locations (newest versioned first)."""
+    on_path = shutil.which("nvcc")
+    if on_path:
+        return on_path
+    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    folders = [os.path.join(home, "bin") for home in homes if home]
+    folders.append("/usr/local/cuda/bin")
+    versions = {
+        folder: [int(number) for number in match.group(1).split(".")]
+        for folder in glob.glob("/usr/local/cuda-*")
+        if (match := re.fullmatch(r".*-(\d+(?:\.\d+)*)", folder))
+    }
+    folders += [os.path.join(folder, "bin") for folder in sorted(versions, key=versions.get, reverse=True)]
+    folders.append("/opt/cuda/bin")
+    for folder in folders:
+        candidate = os.path.join(folder, "nvcc")
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+@lru_cache(maxsize=None)
+def nvcc_version(nvcc: str) -> str:
+    """nvcc's full version ("13.0.88"), part of every cache key."""
+    completed = _run([nvcc, "--version"], timeout=60.0, what=f"{nvcc} --version")
+    output = completed.stdout + completed.stderr
+    match = re.search(r"\bV(\d+\.\d+\.\d+)", output) or re.search(r"release (\d+\.\d+)", output)
+    if completed.returncode != 0 or not match:
+        raise HardwareError(
+            f"{nvcc} --version did not report a CUDA version (exit {completed.returncode}): "
+            f"{output.strip()[:500]}",
+            hint="install the CUDA toolkit or set CUDA_HOME to a working one",
+        )
+    return match.group(1)
+
+
+def arch_flags(arch: str) -> list[str]:
+    """Machine code for exactly ``arch`` and no PTX: a build is only ever run on the GPU it was made for,
+    and embedded PTX could be JIT-compiled for another GPU and silently measure different code."""
+    match = _ARCH.fullmatch(arch)
+    if not match:
+        raise ConfigError(
+            f"architecture {arch!r} is not an nvcc SM name; use sm_ followed by the compute capability "
+            f"digits and an optional a/f suffix, for example sm_90a (H100/H200), sm_80 (A100), sm_100a."
+        )
+    return ["-gencode", f"arch=compute_{match.group(1)}{match.group(2)},code={arch}"]
+
+
+def base_flags() -> list[str]:
+    """Flags every candidate is built with; ``-Xptxas -v`` gives the resource report ``parse_ptxas`` reads."""
+    return ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "--default-stream", "per-thread",
+            "-lineinfo", "-Xptxas", "-v"]
+
+
+def parse_ptxas(log: str) -> tuple[KernelResources, ...]:
+    """One ``KernelResources`` per compiled kernel (entry function) in nvcc's ``-Xptxas -v`` output.
+
+    Device functions get "Function properties" blocks too; those are skipped, so their stack frames are
+    never credited to the kernel before them. A value ptxas did not print stays None. ``constant_bytes``
+    adds up every constant bank ptxas reports (cmem[0] holds the kernel parameters).
+    """
+    entries: list[dict] = []
+    current: dict | None = None
+    for line in log.splitlines():
+        if match := _PTXAS_ENTRY.search(line):
+            current = {"name": match.group(1), "arch": match.group(2)}
+            entries.append(current)
+        elif match := _PTXAS_PROPERTIES.search(line):
+            current = next((entry for entry in reversed(entries) if entry["name"] == match.group(1)), None)
+        elif current is None:
+            continue
+        elif match := _PTXAS_FRAME.search(line):
+            current["stack_bytes"], current["spill_store_bytes"], current["spill_load_bytes"] = (
+                int(value) for value in match.groups()
+            )
+        elif match := _PTXAS_REGISTERS.search(line):
+            current["registers"] = int(match.group(1))
+            if barriers := _PTXAS_BARRIERS.search(line):
+                current["barriers"] = int(barriers.group(1))
+            if smem := _PTXAS_SMEM.search(line):
+                current["shared_bytes"] = int(smem.group(1))
+            if banks := _PTXAS_CMEM.findall(line):
+                current["constant_bytes"] = sum(int(size) for size in banks)
+    return tuple(KernelResources(**entry) for entry in entries)
+
+
+def build_shared_library(
+    sources: list[Path],
+    *,
+    toolchain: Toolchain,
+    build_dir: Path,
+    extra_flags: tuple[str, ...] = (),
+    include_dirs: tuple[str, ...] = (),
+    backend: str = "cuda",
+    launcher: str = "kopt_cuda.launch:load",
+    interface: KernelInterface | None = None,
+    timeout_s: float = BUILD_TIMEOUT_S,
+) -> Artifact:
+    """Build ``sources`` (the candidate first, then files linked in with it) into a cached ``lib.so``.
+
+    Returns the ``Artifact`` whose ``path`` is the cached library; nvcc's log is also copied to
+    ``build_dir/build.log``. Raises ``ConfigError`` when nvcc rejects the source or times out, and
+    ``HardwareError`` when there is no nvcc.
+    """
+    started = time.perf_counter()
+    nvcc = toolchain.tools.get("nvcc") or find_nvcc()
+    if not nvcc:
+        raise HardwareError(
+            "nvcc not found (looked on PATH, in $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda*/bin and "
+            "/opt/cuda/bin): install the CUDA toolkit or set CUDA_HOME"
+        )
+    paths = [Path(source).resolve() for source in sources]
+    version = nvcc_version(nvcc)
+    flags = [*base_flags(), *arch_flags(toolchain.arch), *(f"-I{folder}" for folder in include_dirs),
+             *extra_flags]
+    build_dir = Path(build_dir)
+
+    dependencies = _dependencies(nvcc, paths, flags, build_dir, timeout_s)
+    key = _cache_key(paths, flags, version, toolchain.arch, dependencies)
+    cache = _cache_root(toolchain)
+    entry = cache / key[:2] / key
+
+    if _complete(entry):
+        stored = from_data(read_json(entry / "build.json"), Artifact)
+        write_text_atomic(build_dir / "build.log", stored.log)
+        return attrs.evolve(
+            stored,
+            backend=backend,
+            source=str(paths[0]),
+            path=str(entry / "lib.so"),
+            launcher=launcher,
+            interface=interface,
+            cache_hit=True,
+            build_seconds=time.perf_counter() - started,
+        )
+
+    cache.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".building-", dir=cache))
+    try:
+        command = [nvcc, *flags, "-o", str(staging / "lib.so"), *map(str, paths)]
+        completed = _run(command, timeout=timeout_s, what=f"nvcc building {paths[0]}")
+        log = completed.stdout + completed.stderr
+        write_text_atomic(build_dir / "build.log", log)
+        if completed.returncode != 0:
+            raise _compile_error(paths[0], completed.returncode, log)
+        artifact = Artifact(
+            backend=backend,
+            source=str(paths[0]),
+            path=str(entry / "lib.so"),
+            launcher=launcher,
+            interface=interface,
+            arch=toolchain.arch,
+            compiler=f"nvcc {version}",
+            flags=tuple(flags),
+            cache_key=key,
+            cache_hit=False,
+            build_seconds=time.perf_counter() - started,
+            log=log,
+            resources=parse_ptxas(log),
+        )
+        write_json(staging / "build.json", to_data(artifact))
+        _publish(staging, entry)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return artifact
+
+
+def _run(command: list[str], *, timeout: float, what: str) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` capturing its text output; on timeout kill its whole process group.
+
+    ``subprocess.run`` would kill only nvcc itself, leaving cicc/ptxas/gcc running as orphans (seen with
+    nvcc 13.0), still burning CPU on a candidate that was given up on.
+    """
+    try:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   start_new_session=True)
+    except OSError as error:
+        raise HardwareError(
+            f"cannot run {command[0]}: {error}", hint="install the CUDA toolkit or set CUDA_HOME"
+        ) from error
+    with process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired as expired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise ConfigError(
+                f"{what} did not finish within {timeout:.0f} s; simplify the kernel (fewer template "
+                f"instantiations or unrolled loops) or raise the build timeout."
+            ) from expired
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def _compile_error(source: Path, returncode: int, log: str) -> ConfigError:
+    """The compiler's own words, trimmed to its first errors (ptxas's resource report left out)."""
+    lines = [line for line in log.splitlines() if not _PTXAS_CHATTER.match(line)]
+    shown = "\n".join(lines[:_ERROR_LINES])
+    more = f"\n... ({len(lines) - _ERROR_LINES} more lines in build.log)" if len(lines) > _ERROR_LINES else ""
+    return ConfigError(f"{source}: nvcc could not build this file (exit {returncode}); fix it and retry:\n"
+                       f"{shown}{more}")
+
+
+def _dependencies(nvcc: str, sources: list[Path], flags: list[str], build_dir: Path,
+                  timeout: float) -> list[Path]:
+    """Every file the sources include, from ``nvcc -M`` with the build's own flags (so -I and -D count).
+
+    The CUDA toolkit's own headers are left out: the nvcc version already stands for them. They are
+    recognised as the folder nvcc's implicit ``cuda_runtime.h`` comes from, because nvcc itself may be a
+    wrapper script far from the toolkit (``/usr/local/bin/nvcc`` on some machines). The sources are left
+    out too: their bytes are hashed directly, so a copy of a candidate in another folder is a cache hit.
+    """
+    completed = _run([nvcc, "-M", *flags, *map(str, sources)], timeout=timeout,
+                     what=f"nvcc -M listing the includes of {sources[0]}")
+    if completed.returncode != 0:
+        log = completed.stdout + completed.stderr
+        write_text_atomic(build_dir / "build.log", log)
+        raise _compile_error(sources[0], completed.returncode, log)
+    found: dict[Path, None] = {}  # insertion-ordered set: the key must not depend on hash order
+    for rule in completed.stdout.replace("\\\n", " ").splitlines():
+        _, _, prerequisites = rule.partition(": ")  # "lib.o : a.cu b.h" (make syntax, "\ " in names)
+        for token in re.findall(r"(?:\\.|[^\s\\])+", prerequisites):
+            found[Path(os.path.realpath(re.sub(r"\\(.)", r"\1", token)))] = None
+    toolkit = next((path.parent for path in found if path.name == "cuda_runtime.h"), None)
+    return [
+        path for path in found
+        if path not in sources and not (toolkit is not None and path.is_relative_to(toolkit))
+    ]
+
+
+def _cache_key(sources: list[Path], flags: list[str], version: str, arch: str,
+               dependencies: list[Path]) -> str:
+    digest = hashlib.sha256()
+
+    def part(label: str, data: bytes) -> None:
+        # Labelled and length-prefixed, so no two different inputs can hash as the same byte stream.
+        digest.update(f"{label}\0{len(data)}\0".encode() + data)
+
+    part("format", str(_CACHE_FORMAT).encode())
+    for source in sources:
+        part("source", source.read_bytes())
+    part("flags", "\0".join(flags).encode())
+    part("nvcc", version.encode())
+    part("arch", arch.encode())
+    for dependency in dependencies:
+        part("dependency", str(dependency).encode())
+        part("content", dependency.read_bytes())
+    return digest.hexdigest()
+
+
+def _cache_root(toolchain: Toolchain) -> Path:
+    configured = toolchain.cache_dir or os.environ.get("KOPT_CACHE_DIR")
+    root = Path(configured) if configured else Path.home() / ".cache" / "kopt" / "builds"
+    return root.expanduser().resolve()
+
+
+def _complete(entry: Path) -> bool:
+    return (entry / "build.json").is_file() and (entry / "lib.so").is_file()
+
+
+def _publish(staging: Path, entry: Path) -> None:
+    """Move a finished build into place in one rename, so no reader ever sees half an entry.
+
+    If another process published the same key first, its entry is kept: same key, same inputs. An
+    entry left incomplete by hand (a deleted lib.so) is replaced.
+    """
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.rename(staging, entry)
+    except OSError:
+        if _complete(entry):
+            return
+        discard = Path(tempfile.mkdtemp(prefix=".stale-", dir=staging.parent))
+        os.rename(entry, discard / entry.name)
+        shutil.rmtree(discard, ignore_errors=True)
+        os.rename(staging, entry)
