@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import time
 from typing import Callable
 
 from kopt_core.bench.launchers import LaunchError
@@ -40,6 +41,42 @@ class CudaGraphReplay:
             self._exec = ctypes.c_void_p()
 
 
+class ShimClock:
+    """CUDA events recorded by the library's own runtime on the per-thread default stream, where solve
+    launches, after a short spin kernel that keeps the start event from running ahead of the launch."""
+
+    name = "cuda_events"
+    spin_ns = 50_000
+
+    def __init__(self, lib: ctypes.CDLL):
+        import torch
+
+        self._torch, self._lib = torch, lib
+        self._start, self._end = ctypes.c_void_p(), ctypes.c_void_p()
+        self._ms = ctypes.c_float()
+        _call(lib.kopt_shim_timer_create, ctypes.byref(self._start), ctypes.byref(self._end))
+
+    def sync(self) -> None:
+        self._torch.cuda.synchronize()  # the whole device: every stream, this library's included
+
+    def time(self, fn) -> tuple[float, float]:
+        self._torch.cuda.synchronize()
+        host_start = time.perf_counter()
+        _call(self._lib.kopt_shim_timer_start, self._start, ctypes.c_ulonglong(self.spin_ns))
+        fn()
+        _call(self._lib.kopt_shim_timer_stop, self._end)
+        self._torch.cuda.synchronize()
+        host = (time.perf_counter() - host_start) * 1e3 - self.spin_ns / 1e6
+        _call(self._lib.kopt_shim_timer_elapsed, self._start, self._end, ctypes.byref(self._ms))
+        return self._ms.value, host
+
+
+def _call(function, *args) -> None:
+    code = function(*args)
+    if code:
+        raise LaunchError(f"{function.__name__} failed with CUDA error {code}")
+
+
 class CudaLauncher:
     device = "cuda"
 
@@ -57,6 +94,13 @@ class CudaLauncher:
         self.lib.kopt_shim_capture_end.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int)]
         self.lib.kopt_shim_graph_launch.argtypes = [ctypes.c_void_p]
         self.lib.kopt_shim_graph_destroy.argtypes = [ctypes.c_void_p]
+        self.lib.kopt_shim_timer_create.argtypes = [ctypes.POINTER(ctypes.c_void_p)] * 2
+        self.lib.kopt_shim_timer_start.argtypes = [ctypes.c_void_p, ctypes.c_ulonglong]
+        self.lib.kopt_shim_timer_stop.argtypes = [ctypes.c_void_p]
+        self.lib.kopt_shim_timer_elapsed.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_float)]
+
+    def clock(self) -> ShimClock:
+        return ShimClock(self.lib)
 
     def _cargs(self, args: dict) -> tuple:
         values = []

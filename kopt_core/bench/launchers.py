@@ -35,6 +35,9 @@ class Launcher(Protocol):
         """Capture one launch per entry of ``arg_sets`` into a replayable unit, or None if this kernel
         cannot be captured (then the harness times batches of plain launches)."""
 
+    # Optional: ``clock() -> Clock`` when the launcher's kernels run where the default clock cannot see
+    # them exactly (kopt_cuda times on the stream and runtime of its own library).
+
 
 class LaunchError(RuntimeError):
     """The kernel could not be launched or failed while running."""

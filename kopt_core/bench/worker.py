@@ -117,11 +117,13 @@ class WorkerRun:
                 name=props.name, capability=f"{props.major}.{props.minor}", sm_count=props.multi_processor_count,
                 l2_bytes=self.l2_bytes, memory_bytes=props.total_memory, torch=torch.__version__,
             )
-            self.clock = CudaEventClock()
+            self.reference_clock = CudaEventClock()
+            own_clock = getattr(self.launcher, "clock", None)
+            self.kernel_clock = own_clock() if own_clock else self.reference_clock
         else:
             self.l2_bytes = 0
             self.fields["device"] = DeviceInfo(name="cpu", torch=torch.__version__)
-            self.clock = HostClock()
+            self.kernel_clock = self.reference_clock = HostClock()
 
         self.ref = load_reference(self.request.reference)
         interface = artifact.interface
@@ -212,7 +214,7 @@ class WorkerRun:
     def _launch_checked(self, fn, what: str) -> None:
         try:
             fn()
-            self.clock.sync()
+            self.kernel_clock.sync()
             self.launcher.check()
         except (LaunchError, RuntimeError) as exc:
             raise Stop("failed", what, f"the kernel failed while running: {_describe(exc)}") from None
@@ -271,11 +273,10 @@ class WorkerRun:
             sets.append({k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in base.items()})
         return sets
 
-    def _measure(self, bind, args: dict, capture, what: str) -> TimingStats:
+    def _measure(self, clock, bind, args: dict, capture, what: str) -> TimingStats:
         """Time one callable as the options say: per launch with an L2 flush between launches, or, for
         launches of a few microseconds, as graph replays or batches rotating over input copies."""
         opts = self.options
-        clock = self.clock
         single = bind(args)
         warm = warm_up(clock, single, opts.warmup_ms)
         estimate = min(clock.time(single)[0] for _ in range(3))
@@ -348,7 +349,7 @@ class WorkerRun:
     def _time_kernel(self) -> TimingStats:
         launcher = self.launcher
         try:
-            stats = self._measure(launcher.bind, {**self.tensors, **self.scalars},
+            stats = self._measure(self.kernel_clock, launcher.bind, {**self.tensors, **self.scalars},
                                   getattr(launcher, "capture", None), "kernel")
             launcher.check()
         except (LaunchError, RuntimeError) as exc:
@@ -363,7 +364,7 @@ class WorkerRun:
             return lambda: reference(**args)
 
         try:
-            return self._measure(bind, ref_args, None, "reference")
+            return self._measure(self.reference_clock, bind, ref_args, None, "reference")
         except Stop:
             raise
         except Exception as exc:

@@ -5,6 +5,18 @@
 #include <cuda_runtime.h>
 #include <cstdio>
 
+// Holds the stream for `ns` nanoseconds. Launched just before the start event so that the event and the
+// timed launch are both queued before the GPU reaches them: without it, the host's launch latency (a few
+// microseconds through ctypes) would sit between the start event and the kernel and be counted as kernel
+// time.
+__global__ void kopt_shim_spin_kernel(unsigned long long ns) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
 extern "C" {
 
 // The last launch/runtime error of this library's runtime (cleared by reading), as code and text.
@@ -60,6 +72,30 @@ int kopt_shim_graph_launch(void* exec) {
 
 int kopt_shim_graph_destroy(void* exec) {
   return static_cast<int>(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec)));
+}
+
+// Events on the same stream and runtime as solve's launches (the per-thread default stream).
+int kopt_shim_timer_create(void** start, void** end) {
+  cudaError_t err = cudaEventCreate(reinterpret_cast<cudaEvent_t*>(start));
+  if (err == cudaSuccess) err = cudaEventCreate(reinterpret_cast<cudaEvent_t*>(end));
+  return static_cast<int>(err);
+}
+
+int kopt_shim_timer_start(void* start, unsigned long long spin_ns) {
+  kopt_shim_spin_kernel<<<1, 1, 0, cudaStreamPerThread>>>(spin_ns);
+  cudaError_t err = cudaPeekAtLastError();
+  if (err != cudaSuccess) return static_cast<int>(err);
+  return static_cast<int>(cudaEventRecord(static_cast<cudaEvent_t>(start), cudaStreamPerThread));
+}
+
+int kopt_shim_timer_stop(void* end) {
+  return static_cast<int>(cudaEventRecord(static_cast<cudaEvent_t>(end), cudaStreamPerThread));
+}
+
+int kopt_shim_timer_elapsed(void* start, void* end, float* ms) {
+  cudaError_t err = cudaEventSynchronize(static_cast<cudaEvent_t>(end));
+  if (err == cudaSuccess) err = cudaEventElapsedTime(ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end));
+  return static_cast<int>(err);
 }
 
 }  // extern "C"
