@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Install kopt's four packages and the example plugin into ./.venv and run the test suite.
+# CPU-only machines run everything but the tests marked `gpu`, which skip themselves without a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv
+# torch 2.13.0 first and pinned: any build works for the CPU tests, and a pin keeps pip from choosing one.
+.venv/bin/python -m pip install -q torch==2.13.0
+.venv/bin/python -m pip install -q -e './kopt_core[test]' -e ./kopt_cuda -e ./kopt_triton -e ./kopt_cutlass \
+  -e ./examples/kopt_example_backend
+.venv/bin/python -m pytest "$@"
