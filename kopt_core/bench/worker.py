@@ -29,6 +29,7 @@ from kopt_core.bench.timing import (
     warm_up,
 )
 from kopt_core.errors import ConfigError
+from kopt_core.hardware import detect_gpus
 from kopt_core.jsonio import read_json, write_json
 from kopt_core.records import (
     BenchRequest,
@@ -113,9 +114,11 @@ class WorkerRun:
             torch.backends.cudnn.allow_tf32 = False
             props = torch.cuda.get_device_properties(0)
             self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 50 << 20)
+            gpus, _ = detect_gpus()
             self.fields["device"] = DeviceInfo(
                 name=props.name, capability=f"{props.major}.{props.minor}", sm_count=props.multi_processor_count,
                 l2_bytes=self.l2_bytes, memory_bytes=props.total_memory, torch=torch.__version__,
+                driver=gpus[0].driver if gpus else "",
             )
             self.reference_clock = CudaEventClock()
             own_clock = getattr(self.launcher, "clock", None)
