@@ -62,7 +62,8 @@ class CudaEventClock:
         torch = self._torch
         torch.cuda.synchronize()
         host_start = time.perf_counter()  # host time includes the sleep (well inside escaped_work's slack)
-        torch.cuda._sleep(self.spin_cycles)
+        if hasattr(torch.cuda, "_sleep"):  # PyTorch's own spin kernel (private, long-standing)
+            torch.cuda._sleep(self.spin_cycles)
         self._start.record()
         fn()
         self._end.record()
