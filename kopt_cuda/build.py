@@ -107,7 +107,8 @@ def parse_ptxas(log: str) -> tuple[KernelResources, ...]:
     """One ``KernelResources`` per compiled kernel (entry function) in nvcc's ``-Xptxas -v`` output.
 
     Device functions get "Function properties" blocks too; those are skipped, so their stack frames are
-    never credited to the kernel before them. A value ptxas did not print stays None. ``constant_bytes``
+    never credited to the kernel before them. A value ptxas did not print stays None, except static shared
+    memory, which ptxas omits when it is zero. ``constant_bytes``
     adds up every constant bank ptxas reports (cmem[0] holds the kernel parameters).
     """
     entries: list[dict] = []
@@ -128,8 +129,9 @@ def parse_ptxas(log: str) -> tuple[KernelResources, ...]:
             current["registers"] = int(match.group(1))
             if barriers := _PTXAS_BARRIERS.search(line):
                 current["barriers"] = int(barriers.group(1))
-            if smem := _PTXAS_SMEM.search(line):
-                current["shared_bytes"] = int(smem.group(1))
+            # ptxas leaves "N bytes smem" out of this line when a kernel has no static shared memory.
+            smem = _PTXAS_SMEM.search(line)
+            current["shared_bytes"] = int(smem.group(1)) if smem else 0
             if banks := _PTXAS_CMEM.findall(line):
                 current["constant_bytes"] = sum(int(size) for size in banks)
     return tuple(KernelResources(**entry) for entry in entries)
