@@ -107,7 +107,7 @@ def test_parse_ptxas_older_report_skips_device_functions():
         name="_Z4copyPKfPfi", arch="sm_80", registers=8, shared_bytes=0, stack_bytes=16,
         spill_store_bytes=4, spill_load_bytes=4, barriers=0, constant_bytes=364,
     )
-    assert tiny == KernelResources(name="_Z4tinyv", arch="sm_70", registers=4, constant_bytes=352)
+    assert tiny == KernelResources(name="_Z4tinyv", arch="sm_70", registers=4, shared_bytes=0, constant_bytes=352)
 
 
 def test_parse_ptxas_without_entries_is_empty():
