@@ -39,6 +39,7 @@ class Artifact:
     build_seconds: float = 0.0
     log: str = ""  # compiler output (warnings, ptxas report)
     resources: tuple[KernelResources, ...] = field(default=(), converter=tuple)
+    schema_version: int = 1  # persisted on its own as a build cache entry's build.json
 
 
 @frozen
