@@ -35,6 +35,11 @@ class Launcher(Protocol):
         """Capture one launch per entry of ``arg_sets`` into a replayable unit, or None if this kernel
         cannot be captured (then the harness times batches of plain launches)."""
 
+    # Optional: ``inputs(dims, seed) -> (args, outputs)`` when the kernel file makes its own arguments
+    # (Triton's setup()): ``args`` maps names to tensors and scalars, ``outputs`` names the tensors the
+    # kernel writes. The worker learns the buffers from the first call and, for every seed, copies the
+    # fresh inputs into its own buffers (so pointers stay fixed) and poisons the outputs.
+
     # Optional: ``clock() -> Clock`` when the launcher's kernels run where the default clock cannot see
     # them exactly (kopt_cuda times on the stream and runtime of its own library).
 

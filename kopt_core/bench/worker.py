@@ -35,6 +35,7 @@ from kopt_core.records import (
     BenchRequest,
     BenchResult,
     BufferReport,
+    BufferSpec,
     CorrectnessCheck,
     DeviceInfo,
     TimingStats,
@@ -133,7 +134,13 @@ class WorkerRun:
         if interface is None:
             raise Stop("error", "load", f"the {artifact.backend} backend gave no kernel interface")
         self.interface = interface
-        self.specs, requested = buffer_plan.plan_buffers(interface, self.request.dims, self.ref)
+        self.provider = getattr(self.launcher, "inputs", None) if interface.dynamic_buffers else None
+        if self.provider is not None:
+            self.specs, self.scalars = self._specs_from_provider()
+            requested = {s.name: s.shape for s in self.specs}
+        else:
+            self.specs, requested = buffer_plan.plan_buffers(interface, self.request.dims, self.ref)
+            self.scalars = {p.name: self.request.dims[p.name] for p in interface.scalars}
         self.fields["buffers"] = tuple(
             BufferReport(
                 name=s.name, dtype=s.dtype, role=s.role, requested_shape=requested[s.name], realised_shape=s.shape,
@@ -147,7 +154,6 @@ class WorkerRun:
                        "(non-const pointers are outputs; describe roles in buffers() if needed)")
         self.tolerance = self.ref.tolerance(checked[0].dtype, self.options.atol, self.options.rtol)
         self.fields["tolerance"] = self.tolerance
-        self.scalars = {p.name: self.request.dims[p.name] for p in interface.scalars}
         self.save()
 
         self._allocate()
@@ -175,14 +181,47 @@ class WorkerRun:
     def _generator(self, seed: int) -> torch.Generator:
         return torch.Generator(device=self.device).manual_seed(seed)
 
+    def _provided(self, seed: int) -> tuple[dict, tuple[str, ...]]:
+        try:
+            args, outputs = self.provider(dict(self.request.dims), seed)
+        except Exception as exc:
+            raise Stop("error", "reference", f"{self.request.artifact.source}: setup(**dims, seed={seed}) raised "
+                       f"{_describe(exc)}") from None
+        missing = [name for name in outputs if not isinstance(args.get(name), torch.Tensor)]
+        if missing:
+            raise Stop("error", "reference", f"{self.request.artifact.source}: setup() names outputs "
+                       f"{missing} that are not tensors among its inputs")
+        return args, tuple(outputs)
+
+    def _specs_from_provider(self):
+        """Buffers and scalars as the kernel file's own setup() makes them."""
+        args, outputs = self._provided(self.options.seeds[0])
+        specs, scalars = [], {}
+        for name, value in args.items():
+            if isinstance(value, torch.Tensor):
+                specs.append(BufferSpec(
+                    name=name, dtype=str(value.dtype).removeprefix("torch."), shape=tuple(value.shape),
+                    role="output" if name in outputs else "input", init="setup()", sized_by="setup()",
+                ))
+            else:
+                scalars[name] = value
+        if not any(s.role == "output" for s in specs):
+            raise Stop("error", "reference", f"{self.request.artifact.source}: setup() returned no output tensor")
+        return tuple(specs), scalars
+
     def _allocate(self) -> None:
         gen = self._generator(0)
-        self.tensors = {s.name: buffer_plan.make_tensor(s, self.device, gen) for s in self.specs}
+        self.tensors = {
+            s.name: (torch.empty(s.shape, dtype=buffer_plan.torch_dtype(s.dtype), device=self.device)
+                     if s.init == "setup()" else buffer_plan.make_tensor(s, self.device, gen))
+            for s in self.specs
+        }
 
     def _fill(self, seed: int, zeroed: bool) -> dict:
         """Refill the same buffers in place with fresh inputs (so a kernel that caches by pointer is
         caught) and poisoned (or zeroed) outputs. Returns the reference's own copies."""
         gen = self._generator(seed)
+        provided = self._provided(seed)[0] if self.provider is not None else None
         ref_args: dict = {}
         for spec in self.specs:
             tensor = self.tensors[spec.name]
@@ -190,7 +229,11 @@ class WorkerRun:
                 tensor.zero_() if zeroed else buffer_plan.poison_(tensor)
                 ref_args[spec.name] = torch.zeros_like(tensor)
             else:
-                tensor.copy_(buffer_plan.make_tensor(spec, self.device, gen))
+                fresh = provided[spec.name] if provided is not None else buffer_plan.make_tensor(spec, self.device, gen)
+                if tuple(fresh.shape) != spec.shape:
+                    raise Stop("error", "reference", f"setup() returned {spec.name} with shape {tuple(fresh.shape)} "
+                               f"for seed {seed}, {spec.shape} before; shapes must not depend on the seed")
+                tensor.copy_(fresh)
                 ref_args[spec.name] = tensor.clone()
         ref_args.update(self.scalars)
         return ref_args

@@ -29,6 +29,9 @@ class KernelInterface:
     params: tuple[Param, ...] = field(converter=tuple)
     source: str = ""  # file the entry point was found in
     line: int = 0  # 1-based line of the entry point
+    # True when the kernel file makes its own arguments at run time (Triton's setup()): the params
+    # are then only the dims that setup takes, and the buffers are learnt in the worker.
+    dynamic_buffers: bool = False
 
     @property
     def buffers(self) -> tuple[Param, ...]:
