@@ -40,6 +40,9 @@ class Launcher(Protocol):
     # kernel writes. The worker learns the buffers from the first call and, for every seed, copies the
     # fresh inputs into its own buffers (so pointers stay fixed) and poisons the outputs.
 
+    # Optional: ``notes() -> dict`` of backend facts worth keeping in bench.json as ``backend_notes``
+    # (Triton: the configuration an autotuner chose and the pinned copy; the cubins it compiled).
+
     # Optional: ``clock() -> Clock`` when the launcher's kernels run where the default clock cannot see
     # them exactly (kopt_cuda times on the stream and runtime of its own library).
 

@@ -84,6 +84,12 @@ class WorkerRun:
         return BenchResult(**fields)
 
     def save(self) -> None:
+        notes = getattr(getattr(self, "launcher", None), "notes", None)
+        if notes is not None:
+            try:
+                self.fields["backend_notes"] = dict(notes())
+            except Exception as exc:  # notes are evidence, never a reason to lose the result
+                self.fields["backend_notes"] = {"error": _describe(exc)}
         write_json(self.result_path, to_data(self.result()))
 
     # -- stages ------------------------------------------------------------------------------------

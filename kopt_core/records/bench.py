@@ -160,6 +160,7 @@ class BenchResult:
     reference_timing: TimingStats | None = None
     speedup_vs_reference: float | None = None
     options: BenchOptions = field(factory=BenchOptions)
+    backend_notes: dict = field(factory=dict)  # what the backend's launcher reports (pinned configs, cubins)
     worker_seconds: float | None = None
     created_at: str = ""
     kopt_version: str = ""
