@@ -112,6 +112,34 @@ class WorkerRun:
             self.launcher = load_launcher(artifact)
         except Exception as exc:
             raise Stop("failed", "load", f"could not load {artifact.path}: {_describe(exc)}") from None
+        self._open_device()
+        self.ref = load_reference(self.request.reference)
+        self._plan_buffers()
+        self.save()
+
+        self._allocate()
+        self._correctness()
+        self.fields["correctness_pass"] = True
+        self.save()
+
+        kernel_stats = self._time_kernel()
+        self.fields["kernel_timing"] = kernel_stats
+        self.save()
+
+        zeroed = self.fields.get("outputs_must_start_zeroed", False)
+        self._check_once(self.options.recheck_seed, "after_timing", zeroed=zeroed)
+        if not self.checks[-1].passed:
+            self.fields["correctness_pass"] = False
+            raise Stop("failed", "recheck", "after timing, with fresh inputs in the same buffers, the kernel's "
+                       f"output no longer matches the reference: {self.checks[-1].message}")
+        self.fields["timing_valid"] = True
+        if self.options.time_reference:
+            ref_stats = self._time_reference()
+            self.fields["reference_timing"] = ref_stats
+            if ref_stats.median_ms > 0 and kernel_stats.median_ms > 0:
+                self.fields["speedup_vs_reference"] = ref_stats.median_ms / kernel_stats.median_ms
+
+    def _open_device(self) -> None:
         self.device = self.launcher.device
         if self.device == "cuda":
             if not torch.cuda.is_available():
@@ -135,7 +163,8 @@ class WorkerRun:
             self.fields["device"] = DeviceInfo(name="cpu", torch=torch.__version__)
             self.kernel_clock = self.reference_clock = HostClock()
 
-        self.ref = load_reference(self.request.reference)
+    def _plan_buffers(self) -> None:
+        artifact = self.request.artifact
         interface = artifact.interface
         if interface is None:
             raise Stop("error", "load", f"the {artifact.backend} backend gave no kernel interface")
@@ -160,28 +189,6 @@ class WorkerRun:
                        "(non-const pointers are outputs; describe roles in buffers() if needed)")
         self.tolerance = self.ref.tolerance(checked[0].dtype, self.options.atol, self.options.rtol)
         self.fields["tolerance"] = self.tolerance
-        self.save()
-
-        self._allocate()
-        self._correctness()
-        self.fields["correctness_pass"] = True
-        self.save()
-
-        kernel_stats = self._time_kernel()
-        self.fields["kernel_timing"] = kernel_stats
-        self.save()
-
-        self._check_once(self.options.recheck_seed, "after_timing", zeroed=self.fields.get("outputs_must_start_zeroed", False))
-        if not self.checks[-1].passed:
-            self.fields["correctness_pass"] = False
-            raise Stop("failed", "recheck", "after timing, with fresh inputs in the same buffers, the kernel's "
-                       f"output no longer matches the reference: {self.checks[-1].message}")
-        self.fields["timing_valid"] = True
-        if self.options.time_reference:
-            ref_stats = self._time_reference()
-            self.fields["reference_timing"] = ref_stats
-            if ref_stats.median_ms > 0 and kernel_stats.median_ms > 0:
-                self.fields["speedup_vs_reference"] = ref_stats.median_ms / kernel_stats.median_ms
 
     # -- buffers -----------------------------------------------------------------------------------
     def _generator(self, seed: int) -> torch.Generator:
