@@ -54,6 +54,16 @@ def test_a_correct_kernel_passes_and_is_timed(bench):
     assert timing.min_ms <= timing.median_ms <= timing.p95_ms <= timing.max_ms
     assert result.reference_timing is not None and result.speedup_vs_reference > 0
     assert [b.name for b in result.buffers] == ["x", "y"] and result.buffers[1].sized_by == "reference buffers()"
+    assert result.workload is None  # this reference has no workload_model
+
+
+def test_workload_rates_follow_from_the_median(bench):
+    ref = REF + "\ndef workload_model(N):\n    return {'flops': N, 'bytes_min': 8 * N}\n"
+    result = bench("def solve(x, y, N: int):\n    torch.mul(x, 2.5, out=y)\n", ref=ref)
+    seconds = result.kernel_timing.median_ms / 1e3
+    assert result.workload.flops == 4096 and result.workload.bytes_min == 8 * 4096
+    assert result.workload.tflops == pytest.approx(4096 / seconds / 1e12)
+    assert result.workload.tbytes_per_s == pytest.approx(8 * 4096 / seconds / 1e12)
 
 
 def test_a_wrong_kernel_fails_with_the_worst_mismatch(bench):

@@ -82,6 +82,10 @@ def bench_report(result: BenchResult) -> None:
         table.add_row("note", "[yellow]the kernel relies on its outputs starting zeroed[/]")
     _timing_row(table, "kernel", result.kernel_timing)
     _timing_row(table, "reference", result.reference_timing)
+    if result.workload is not None and result.workload.tflops is not None:
+        w = result.workload
+        table.add_row("workload", f"{w.flops:.3g} FLOP, {w.bytes_min:.3g} B at least: {w.tflops:.2f} TFLOP/s, "
+                                  f"{w.tbytes_per_s * 1e3:.0f} GB/s")
     if result.speedup_vs_reference is not None:
         table.add_row("speedup vs reference", f"{result.speedup_vs_reference:.2f}x")
     out.print(table)

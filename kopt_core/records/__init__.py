@@ -13,6 +13,7 @@ from kopt_core.records.bench import (
     Mismatch,
     TimingStats,
     Tolerance,
+    Workload,
 )
 from kopt_core.records.build import Artifact, KernelResources, Toolchain
 from kopt_core.records.converter import from_data, make_converter, migrate, to_data
@@ -41,6 +42,7 @@ __all__ = [
     "TimingStats",
     "Tolerance",
     "Toolchain",
+    "Workload",
     "from_data",
     "make_converter",
     "migrate",

@@ -137,6 +137,16 @@ class DeviceInfo:
 
 
 @frozen
+class Workload:
+    """What the reference's workload_model says the kernel must do, and the rates its median reaches."""
+
+    flops: float
+    bytes_min: float
+    tflops: float | None = None  # achieved: flops / kernel median
+    tbytes_per_s: float | None = None  # achieved: bytes_min / kernel median
+
+
+@frozen
 class BenchResult:
     """bench.json: everything that was checked and measured for one kernel."""
 
@@ -159,6 +169,7 @@ class BenchResult:
     kernel_timing: TimingStats | None = None
     reference_timing: TimingStats | None = None
     speedup_vs_reference: float | None = None
+    workload: Workload | None = None
     options: BenchOptions = field(factory=BenchOptions)
     backend_notes: dict = field(factory=dict)  # what the backend's launcher reports (pinned configs, cubins)
     worker_seconds: float | None = None

@@ -9,11 +9,15 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import attrs
+
 from kopt_core.backends import BackendRegistry
+from kopt_core.contract import check_contract
 from kopt_core.errors import EXIT_CONFIG, EXIT_HARDWARE, EXIT_INVALID_KERNEL, EXIT_OK, ConfigError, HardwareError
 from kopt_core.hardware import DEFAULT_ARCH, arch_for_capability, detect_gpus
-from kopt_core.contract import check_contract
-from kopt_core.records import Artifact, BenchOptions, BenchRequest, BenchResult, Candidate, PreflightReport, Toolchain
+from kopt_core.records import (
+    Artifact, BenchOptions, BenchRequest, BenchResult, Candidate, PreflightReport, Toolchain, Workload,
+)
 from kopt_core.reference import ReferenceModule, load_reference
 
 
@@ -85,7 +89,20 @@ def bench_kernel(
     result = pm.hook.kopt_bench(artifact=artifact, request=request)
     if result is None:
         raise ConfigError(f"the {info.name} backend cannot benchmark (no kopt_bench)")
-    return result
+    return attrs.evolve(result, workload=workload(ref, dims, result))
+
+
+def workload(ref: ReferenceModule, dims: dict, result: BenchResult) -> Workload | None:
+    """The rates the kernel's median reaches, when the reference has a workload_model."""
+    if ref.workload_model is None:
+        return None
+    model = ref.workload_model(**dims)
+    flops, moved = float(model["flops"]), float(model["bytes_min"])
+    timing = result.kernel_timing
+    if timing is None or not timing.median_ms > 0:
+        return Workload(flops=flops, bytes_min=moved)
+    seconds = timing.median_ms / 1e3
+    return Workload(flops=flops, bytes_min=moved, tflops=flops / seconds / 1e12, tbytes_per_s=moved / seconds / 1e12)
 
 
 def exit_code(result: BenchResult) -> int:
