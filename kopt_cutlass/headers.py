@@ -204,8 +204,9 @@ def find_cutlass(
 
 def compile_flags(headers: CutlassHeaders) -> list[str]:
     """nvcc flags that CUTLASS/CuTe code needs on top of kopt_cuda's base flags (which already select
-    C++17): relaxed constexpr and the include paths."""
-    flags = ["--expt-relaxed-constexpr", f"-I{headers.include_dir}"]
+    C++17): relaxed constexpr, NDEBUG as in CUTLASS's release builds (CuTe's device asserts otherwise make
+    ptxas serialize every wgmma of a Hopper mainloop, warning C7510), and the include paths."""
+    flags = ["--expt-relaxed-constexpr", "-DNDEBUG", f"-I{headers.include_dir}"]
     if headers.util_include_dir:
         flags.append(f"-I{headers.util_include_dir}")
     return flags

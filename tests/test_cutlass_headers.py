@@ -173,9 +173,10 @@ def test_compile_flags(places):
     with_util = find_cutlass(env, wheel_root=places["wheel"], system_globs=())
     assert compile_flags(with_util) == [
         "--expt-relaxed-constexpr",
+        "-DNDEBUG",
         f"-I{places['repo'] / 'include'}",
         f"-I{places['repo'] / 'tools' / 'util' / 'include'}",
     ]
     env = {"CUTLASS_INCLUDE_DIR": str(places["incdir"])}
     no_util = find_cutlass(env, wheel_root=places["wheel"], system_globs=())
-    assert compile_flags(no_util) == ["--expt-relaxed-constexpr", f"-I{places['incdir']}"]
+    assert compile_flags(no_util) == ["--expt-relaxed-constexpr", "-DNDEBUG", f"-I{places['incdir']}"]
