@@ -36,10 +36,10 @@ def check_dims(interface: KernelInterface, dims: dict) -> tuple[list[str], list[
 def check_reference(interface: KernelInterface, ref: ReferenceModule, dims: dict) -> list[str]:
     problems = []
     names = [p.name for p in interface.params]
-    if interface.dynamic_buffers:
-        names = []  # the arguments are known only once setup() ran (in the worker, which checks them)
     try:
-        inspect.signature(ref.reference).bind(**{name: None for name in names})
+        # With dynamic buffers the arguments are known only once setup() ran: the worker checks them.
+        if not interface.dynamic_buffers:
+            inspect.signature(ref.reference).bind(**{name: None for name in names})
     except TypeError as exc:
         try:
             params = ", ".join(inspect.signature(ref.reference).parameters)

@@ -1,16 +1,30 @@
 """The ``triton`` backend plugin (entry point ``kopt_triton.plugin`` in the group ``kopt``).
 
-In this version the backend registers its descriptor and says whether Triton is installed. It never
-imports Triton (slow, and it may pull in a GPU runtime): the probe uses ``importlib.util.find_spec`` and
-the distribution's metadata. Importing this module has no side effects.
+A Triton kernel file exposes ``setup(**dims, seed=None)`` and ``run_kernel(**inputs)``
+(kopt_triton.contract). Preflight reads it by AST, compile freezes a content-keyed copy
+(kopt_triton.build; Triton itself compiles at the first launch), and bench runs kopt's worker with
+kopt_triton.launch's launcher, which also pins autotuned kernels and lists their cubins.
+
+This module never imports Triton (slow, and it may pull in a GPU runtime): the probe uses
+``importlib.util.find_spec`` and the distribution's metadata, and the other hooks import their modules
+when called. Importing this module has no side effects.
+
+Under ``TRITON_INTERPRET=1`` kernels run on the CPU through Triton's interpreter; the backend then
+registers itself as not needing a GPU (read at registration, which happens per plugin-manager use), so
+``kopt bench`` runs end to end on a machine without one.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
+from pathlib import Path
+
+import attrs
 
 from kopt_core import hookimpl
+from kopt_core.records import BenchRequest, Candidate, PreflightReport, Toolchain
 from kopt_core.records.backend import BackendInfo, ProbeResult
 
 BACKEND = "triton"
@@ -26,7 +40,6 @@ INFO = BackendInfo(
 )
 
 NOT_INSTALLED = "Triton is not installed (pip install 'kopt-triton[toolchain]' or pip install triton)"
-BENCH_NOTE = "not yet implemented in this version"
 # Distributions that install the ``triton`` package (upstream, PyTorch's builds, nightlies).
 _DISTRIBUTIONS = ("triton", "pytorch-triton", "pytorch-triton-rocm", "pytorch-triton-xpu", "triton-nightly")
 
@@ -47,9 +60,14 @@ def triton_version() -> str | None:
     return "unknown"
 
 
+def interpreter_mode() -> bool:
+    """``TRITON_INTERPRET=1``: kernels run on the CPU in Triton's interpreter, no GPU needed."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
 @hookimpl
 def kopt_register_backends(register):
-    register(INFO)
+    register(attrs.evolve(INFO, needs_gpu=False) if interpreter_mode() else INFO)
 
 
 @hookimpl
@@ -57,8 +75,48 @@ def kopt_probe(backend, env):
     """Whether Triton is installed; ``available`` reflects the toolchain only."""
     if backend != BACKEND:
         return None
+    from kopt_triton.sass import find_cuobjdump
+
     version = triton_version()
-    details = {"triton": version, "bench": BENCH_NOTE}
+    details = {"triton": version, "cuobjdump": find_cuobjdump(),
+               "interpreter": interpreter_mode()}
     if version is None:
         return ProbeResult(backend=BACKEND, available=False, reason=NOT_INSTALLED, details=details)
     return ProbeResult(backend=BACKEND, available=True, reason="", details=details)
+
+
+@hookimpl
+def kopt_preflight(candidate: Candidate, dims, reference):
+    """The setup/run_kernel contract by AST (no import, no GPU); autotuned kernels are a warning."""
+    if candidate.backend != BACKEND:
+        return None
+    from kopt_triton.contract import find_autotuned, parse_kernel, read_tree
+
+    interface = parse_kernel(candidate.path, dims)
+    _, tree = read_tree(candidate.path)
+    warnings = tuple(
+        f"{Path(candidate.path).name}:{line}: {name} is under @triton.autotune: it is pinned after one "
+        "autotune pass (the first launch chooses its configuration; every timed launch reuses it, and "
+        "bench.json records it with a pinned copy of the source)"
+        for name, line in find_autotuned(tree)
+    )
+    return PreflightReport(backend=BACKEND, interface=interface, warnings=warnings)
+
+
+@hookimpl
+def kopt_compile(candidate: Candidate, build_dir, toolchain: Toolchain):
+    """A content-keyed copy of the kernel file (Triton compiles at the first launch, in the worker)."""
+    if candidate.backend != BACKEND:
+        return None
+    from kopt_triton.build import prepare_artifact
+
+    return prepare_artifact(candidate, toolchain)
+
+
+@hookimpl
+def kopt_bench(artifact, request: BenchRequest):
+    if artifact.backend != BACKEND:
+        return None
+    from kopt_core.bench import run_worker
+
+    return run_worker(request)

@@ -1,0 +1,119 @@
+"""The Triton backend's build step: a content-keyed copy of the kernel file.
+
+Triton compiles at the first launch, inside the bench worker, for the GPU it finds there; so "building"
+here means freezing what will run: the kernel file is copied into a folder keyed by its bytes, its name,
+the Triton version and the target architecture, under the same build cache as kopt_cuda's builds. The
+folder also holds that artifact's own Triton cache (``triton_cache/``, set by the launcher), so the
+cubins of exactly this source can be found for SASS inspection, and the pinned copy of an autotuned
+kernel (``<stem>.pinned.py``).
+
+Files the kernel imports from its own folder are not copied; the launcher keeps that folder importable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import attrs
+
+from kopt_core.errors import ConfigError
+from kopt_core.jsonio import read_json, write_json
+from kopt_core.records import Artifact, Candidate, Toolchain, from_data, to_data
+from kopt_triton.contract import parse_kernel
+
+LAUNCHER = "kopt_triton.launch:load"
+_CACHE_FORMAT = 1
+
+
+def cache_root(toolchain: Toolchain) -> Path:
+    """The build cache kopt_cuda uses too: the toolchain's, $KOPT_CACHE_DIR, or ~/.cache/kopt/builds.
+
+    (kopt_cuda's own function is private and this package must not depend on kopt_cuda.)
+    """
+    configured = toolchain.cache_dir or os.environ.get("KOPT_CACHE_DIR")
+    root = Path(configured) if configured else Path.home() / ".cache" / "kopt" / "builds"
+    return root.expanduser().resolve()
+
+
+def cache_key(source: bytes, name: str, triton_version: str, arch: str) -> str:
+    """sha256 over labelled, length-prefixed parts (no two different inputs hash as one byte stream)."""
+    digest = hashlib.sha256()
+    parts = (("backend", b"triton"), ("format", str(_CACHE_FORMAT).encode()), ("source", source),
+             ("name", name.encode()), ("triton", triton_version.encode()), ("arch", arch.encode()))
+    for label, data in parts:
+        digest.update(f"{label}\0{len(data)}\0".encode() + data)
+    return digest.hexdigest()
+
+
+def prepare_artifact(candidate: Candidate, toolchain: Toolchain) -> Artifact:
+    """Copy ``candidate`` into its content-keyed cache folder (once) and describe it as an Artifact.
+
+    Raises ConfigError for a file that breaks the setup/run_kernel contract (checked by AST, nothing is
+    imported).
+    """
+    from kopt_triton.plugin import triton_version
+
+    started = time.perf_counter()
+    source_path = Path(candidate.path).resolve()
+    interface = parse_kernel(source_path)
+    try:
+        source = source_path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read kernel file {source_path}: {exc}") from None
+    version = triton_version() or "not installed"
+    key = cache_key(source, source_path.name, version, toolchain.arch)
+    root = cache_root(toolchain)
+    entry = root / key[:2] / key
+    copy = entry / source_path.name
+
+    if _complete(entry, copy):
+        stored = from_data(read_json(entry / "build.json"), Artifact)
+        return attrs.evolve(stored, source=str(source_path), path=str(copy), interface=interface,
+                            cache_hit=True, build_seconds=time.perf_counter() - started)
+
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
+    try:
+        (staging / source_path.name).write_bytes(source)
+        artifact = Artifact(
+            backend=candidate.backend,
+            source=str(source_path),
+            path=str(copy),
+            launcher=LAUNCHER,
+            interface=interface,
+            arch=toolchain.arch,
+            compiler=f"triton {version}",
+            cache_key=key,
+            cache_hit=False,
+            build_seconds=time.perf_counter() - started,
+            log="Triton compiles at the first launch, in the bench worker",
+        )
+        write_json(staging / "build.json", to_data(artifact))
+        _publish(staging, entry, copy)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return artifact
+
+
+def _complete(entry: Path, copy: Path) -> bool:
+    return (entry / "build.json").is_file() and copy.is_file()
+
+
+def _publish(staging: Path, entry: Path, copy: Path) -> None:
+    """Move the finished folder into place in one rename, so no reader sees half an entry; if another
+    process published the same key first, its entry (same inputs) is kept."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.rename(staging, entry)
+    except OSError:
+        if _complete(entry, copy):
+            return
+        discard = Path(tempfile.mkdtemp(prefix=".stale-", dir=staging.parent))
+        os.rename(entry, discard / entry.name)
+        shutil.rmtree(discard, ignore_errors=True)
+        os.rename(staging, entry)
