@@ -27,6 +27,7 @@ from pathlib import Path
 import attrs
 
 from kopt_core.errors import ConfigError, HardwareError
+from kopt_core.buildcache import cache_root
 from kopt_core.jsonio import read_json, write_json, write_text_atomic
 from kopt_core.records import from_data, to_data
 from kopt_core.records.build import Artifact, KernelResources, Toolchain
@@ -170,7 +171,7 @@ def build_shared_library(
 
     dependencies = _dependencies(nvcc, paths, flags, build_dir, timeout_s)
     key = _cache_key(paths, flags, version, toolchain.arch, dependencies)
-    cache = _cache_root(toolchain)
+    cache = cache_root(toolchain)
     entry = cache / key[:2] / key
 
     if _complete(entry):
@@ -298,12 +299,6 @@ def _cache_key(sources: list[Path], flags: list[str], version: str, arch: str,
         part("dependency", str(dependency).encode())
         part("content", dependency.read_bytes())
     return digest.hexdigest()
-
-
-def _cache_root(toolchain: Toolchain) -> Path:
-    configured = toolchain.cache_dir or os.environ.get("KOPT_CACHE_DIR")
-    root = Path(configured) if configured else Path.home() / ".cache" / "kopt" / "builds"
-    return root.expanduser().resolve()
 
 
 def _complete(entry: Path) -> bool:

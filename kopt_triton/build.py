@@ -21,6 +21,7 @@ from pathlib import Path
 
 import attrs
 
+from kopt_core.buildcache import cache_root
 from kopt_core.errors import ConfigError
 from kopt_core.jsonio import read_json, write_json
 from kopt_core.records import Artifact, Candidate, Toolchain, from_data, to_data
@@ -28,16 +29,6 @@ from kopt_triton.contract import parse_kernel
 
 LAUNCHER = "kopt_triton.launch:load"
 _CACHE_FORMAT = 1
-
-
-def cache_root(toolchain: Toolchain) -> Path:
-    """The build cache kopt_cuda uses too: the toolchain's, $KOPT_CACHE_DIR, or ~/.cache/kopt/builds.
-
-    (kopt_cuda's own function is private and this package must not depend on kopt_cuda.)
-    """
-    configured = toolchain.cache_dir or os.environ.get("KOPT_CACHE_DIR")
-    root = Path(configured) if configured else Path.home() / ".cache" / "kopt" / "builds"
-    return root.expanduser().resolve()
 
 
 def cache_key(source: bytes, name: str, triton_version: str, arch: str) -> str:
