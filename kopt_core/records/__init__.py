@@ -19,6 +19,7 @@ from kopt_core.records.build import Artifact, KernelResources, Toolchain
 from kopt_core.records.converter import from_data, make_converter, migrate, to_data
 from kopt_core.records.kernel import BufferSpec, Candidate, KernelInterface, Param
 from kopt_core.records.preflight import PreflightReport
+from kopt_core.records.profile import KernelProfile, MetricValue, ProfileReport, RuleFinding
 
 __all__ = [
     "Artifact",
@@ -34,11 +35,15 @@ __all__ = [
     "CorrectnessCheck",
     "DeviceInfo",
     "KernelInterface",
+    "KernelProfile",
     "KernelResources",
+    "MetricValue",
     "Mismatch",
     "Param",
     "PreflightReport",
     "ProbeResult",
+    "ProfileReport",
+    "RuleFinding",
     "TimingStats",
     "Tolerance",
     "Toolchain",
