@@ -12,7 +12,6 @@ default stream, which synchronises with every other stream.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import os
 import re
@@ -28,6 +27,7 @@ import attrs
 
 from kopt_core.errors import ConfigError, HardwareError
 from kopt_core.buildcache import cache_root
+from kopt_core.tools import find_tool
 from kopt_core.jsonio import read_json, write_json, write_text_atomic
 from kopt_core.records import from_data, to_data
 from kopt_core.records.build import Artifact, KernelResources, Toolchain
@@ -51,24 +51,7 @@ _PTXAS_CHATTER = re.compile(r"^ptxas info\b|^\s+\d+ bytes stack frame")
 
 def find_nvcc() -> str | None:
     """The nvcc to use: PATH first, then the usual CUDA install locations (newest versioned first)."""
-    on_path = shutil.which("nvcc")
-    if on_path:
-        return on_path
-    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
-    folders = [os.path.join(home, "bin") for home in homes if home]
-    folders.append("/usr/local/cuda/bin")
-    versions = {
-        folder: [int(number) for number in match.group(1).split(".")]
-        for folder in glob.glob("/usr/local/cuda-*")
-        if (match := re.fullmatch(r".*-(\d+(?:\.\d+)*)", folder))
-    }
-    folders += [os.path.join(folder, "bin") for folder in sorted(versions, key=versions.get, reverse=True)]
-    folders.append("/opt/cuda/bin")
-    for folder in folders:
-        candidate = os.path.join(folder, "nvcc")
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return None
+    return find_tool("nvcc")
 
 
 @lru_cache(maxsize=None)

@@ -11,20 +11,20 @@ import importlib.util
 import inspect
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from kopt_core.errors import HardwareError
+from kopt_core.tools import find_tool
 
 CUOBJDUMP_TIMEOUT_S = 120.0
 
 
 def find_cuobjdump() -> str | None:
     """The cuobjdump to use, without importing Triton: ``$TRITON_CUOBJDUMP_PATH`` (Triton's own knob),
-    the one in the installed Triton wheel (``triton/backends/nvidia/bin``), then PATH, then
-    /usr/local/cuda/bin. None if there is none."""
+    the one in the installed Triton wheel (``triton/backends/nvidia/bin``), then the CUDA toolkit's
+    (kopt_core.tools). None if there is none."""
     candidates: list[Path] = []
     configured = os.environ.get("TRITON_CUOBJDUMP_PATH")
     if configured:
@@ -35,10 +35,9 @@ def find_cuobjdump() -> str | None:
         spec = None
     for location in (spec.submodule_search_locations or []) if spec is not None else []:
         candidates.append(Path(location) / "backends" / "nvidia" / "bin" / "cuobjdump")
-    on_path = shutil.which("cuobjdump")
-    if on_path:
-        candidates.append(Path(on_path))
-    candidates.append(Path("/usr/local/cuda/bin/cuobjdump"))
+    toolkit = find_tool("cuobjdump")
+    if toolkit:
+        candidates.append(Path(toolkit))
     for candidate in candidates:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)

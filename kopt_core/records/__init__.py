@@ -19,7 +19,14 @@ from kopt_core.records.build import Artifact, KernelResources, Toolchain
 from kopt_core.records.converter import from_data, make_converter, migrate, to_data
 from kopt_core.records.kernel import BufferSpec, Candidate, KernelInterface, Param
 from kopt_core.records.preflight import PreflightReport
-from kopt_core.records.profile import KernelProfile, MetricValue, ProfileReport, RuleFinding
+from kopt_core.records.profile import (
+    KernelProfile,
+    MetricValue,
+    NcuAttempt,
+    ProfileLaunch,
+    ProfileReport,
+    RuleFinding,
+)
 
 __all__ = [
     "Artifact",
@@ -39,9 +46,11 @@ __all__ = [
     "KernelResources",
     "MetricValue",
     "Mismatch",
+    "NcuAttempt",
     "Param",
     "PreflightReport",
     "ProbeResult",
+    "ProfileLaunch",
     "ProfileReport",
     "RuleFinding",
     "TimingStats",

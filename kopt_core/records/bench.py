@@ -7,7 +7,6 @@ from typing import Literal
 from attrs import frozen, field
 
 from kopt_core.records.build import Artifact
-from kopt_core.records.kernel import BufferSpec
 
 BENCH_SCHEMA_VERSION = 1
 

@@ -48,3 +48,24 @@ class ProfileReport:
     kernels: tuple[KernelProfile, ...] = field(converter=tuple)
     aggregate: KernelProfile | None = None  # None when there are no kernels
     source: str = ""  # the file or command the CSV came from
+
+
+@frozen
+class ProfileLaunch:
+    """How Nsight Compute should run a backend's artifact (the answer of ``kopt_profile``)."""
+
+    kernel_filter: str | None = None  # an ncu --kernel-name value ("regex:..."); None keeps every kernel
+    env: dict = field(factory=dict)  # extra environment for the profiled process
+
+
+@frozen
+class NcuAttempt:
+    """One run of ncu: what was asked, what happened, where its log is."""
+
+    command: tuple[str, ...] = field(converter=tuple)
+    bundle: str  # full | light
+    reason: str  # why this bundle
+    returncode: int | None
+    timed_out: bool
+    seconds: float
+    log: str  # path of the captured stdout/stderr
