@@ -106,7 +106,9 @@ class WorkerRun:
         self.save()
         return self.result()
 
-    def _run(self) -> None:
+    def prepare(self) -> None:
+        """Load the kernel, open the device, plan and allocate the buffers (also what a profiled process
+        does before its one profiled launch)."""
         artifact = self.request.artifact
         try:
             self.launcher = load_launcher(artifact)
@@ -116,8 +118,15 @@ class WorkerRun:
         self.ref = load_reference(self.request.reference)
         self._plan_buffers()
         self.save()
-
         self._allocate()
+
+    def kernel_call(self, seed: int):
+        """Fresh inputs for ``seed`` in the buffers, and the launch of the kernel on them."""
+        self._fill(seed, zeroed=self.fields.get("outputs_must_start_zeroed", False))
+        return self.launcher.bind({**self.tensors, **self.scalars})
+
+    def _run(self) -> None:
+        self.prepare()
         self._correctness()
         self.fields["correctness_pass"] = True
         self.save()

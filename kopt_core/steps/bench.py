@@ -16,7 +16,7 @@ from kopt_core.contract import check_contract
 from kopt_core.errors import EXIT_CONFIG, EXIT_HARDWARE, EXIT_INVALID_KERNEL, EXIT_OK, ConfigError, HardwareError
 from kopt_core.hardware import DEFAULT_ARCH, arch_for_capability, detect_gpus
 from kopt_core.records import (
-    Artifact, BenchOptions, BenchRequest, BenchResult, Candidate, PreflightReport, Toolchain, Workload,
+    Artifact, BackendInfo, BenchOptions, BenchRequest, BenchResult, Candidate, PreflightReport, Toolchain, Workload,
 )
 from kopt_core.reference import ReferenceModule, load_reference
 
@@ -41,21 +41,32 @@ def build(pm, candidate: Candidate, build_dir: Path, arch: str) -> Artifact:
     return artifact
 
 
-def bench_kernel(
+@attrs.frozen
+class Prepared:
+    """A kernel that passed its static checks and built, on a machine that can run it."""
+
+    backend: BackendInfo
+    reference: ReferenceModule
+    reference_path: str
+    candidate: Candidate
+    artifact: Artifact
+    dims: dict
+
+
+def prepare(
     pm,
     kernel: str | Path,
     reference: str | Path,
     dims: dict,
     *,
     backend: str | None = None,
-    options: BenchOptions | None = None,
     arch: str | None = None,
     build_dir: str | Path | None = None,
     on_warning=None,
-) -> BenchResult:
-    """Preflight, build, check and time ``kernel`` against ``reference``. Raises KoptError for what the
-    user must fix; returns a BenchResult (possibly failed) once a worker ran."""
-    options = options or BenchOptions()
+    purpose: str = "check and time it",
+) -> Prepared:
+    """Static checks, toolchain, build, GPU: everything before a worker runs. Raises KoptError (exit 4
+    for what the user must fix in their files, 3 for the machine)."""
     path = Path(kernel)
     if not path.is_file():
         raise ConfigError(f"kernel file {path} does not exist", hint="pass the path of your .cu or .py kernel")
@@ -81,15 +92,40 @@ def bench_kernel(
         artifact = build(pm, candidate, Path(build_dir), arch)
     if info.needs_gpu and not gpus:
         raise HardwareError(
-            f"no GPU: {no_gpu}. {path.name} passed its contract checks and builds for {arch}; run kopt bench "
-            "on a machine with an NVIDIA GPU to check and time it"
+            f"no GPU: {no_gpu}. {path.name} passed its contract checks and builds for {arch}; run kopt "
+            f"on a machine with an NVIDIA GPU to {purpose}"
         )
-    request = BenchRequest(artifact=artifact, reference=str(Path(reference).resolve()), dims=dict(dims),
+    return Prepared(backend=info, reference=ref, reference_path=str(Path(reference).resolve()),
+                    candidate=candidate, artifact=artifact, dims=dict(dims))
+
+
+def run_bench(pm, prepared: Prepared, options: BenchOptions) -> BenchResult:
+    """Check and time a prepared kernel in a worker; add the workload's rates."""
+    request = BenchRequest(artifact=prepared.artifact, reference=prepared.reference_path, dims=prepared.dims,
                            options=options)
-    result = pm.hook.kopt_bench(artifact=artifact, request=request)
+    result = pm.hook.kopt_bench(artifact=prepared.artifact, request=request)
     if result is None:
-        raise ConfigError(f"the {info.name} backend cannot benchmark (no kopt_bench)")
-    return attrs.evolve(result, workload=workload(ref, dims, result))
+        raise ConfigError(f"the {prepared.backend.name} backend cannot benchmark (no kopt_bench)")
+    return attrs.evolve(result, workload=workload(prepared.reference, prepared.dims, result))
+
+
+def bench_kernel(
+    pm,
+    kernel: str | Path,
+    reference: str | Path,
+    dims: dict,
+    *,
+    backend: str | None = None,
+    options: BenchOptions | None = None,
+    arch: str | None = None,
+    build_dir: str | Path | None = None,
+    on_warning=None,
+) -> BenchResult:
+    """Preflight, build, check and time ``kernel`` against ``reference``. Raises KoptError for what the
+    user must fix; returns a BenchResult (possibly failed) once a worker ran."""
+    prepared = prepare(pm, kernel, reference, dims, backend=backend, arch=arch, build_dir=build_dir,
+                       on_warning=on_warning)
+    return run_bench(pm, prepared, options or BenchOptions())
 
 
 def workload(ref: ReferenceModule, dims: dict, result: BenchResult) -> Workload | None:

@@ -1,0 +1,121 @@
+"""Running Nsight Compute on one invocation of a kernel, with the adaptive metric bundle.
+
+The full set below 10 ms of kernel time, the light (basic) set at 10 ms and above; a full replay that
+times out or exits with code 11 is retried light. Every attempt is recorded. ncu never touches the
+card's clocks (``--clock-control none``). A run without a report is a failure (exit 3), never a silent
+success.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from kopt_core.errors import HardwareError
+from kopt_core.records import NcuAttempt
+from kopt_core.tools import find_tool
+
+FULL_BELOW_MS = 10.0
+BUNDLE_ARGS = {"full": ("--set", "full"), "light": ("--set", "basic")}
+REPLAY_EXIT_CODE = 11  # ncu: the replay failed (commonly out of memory for saved state, or a timeout)
+
+
+def find_ncu() -> str | None:
+    return find_tool("ncu")
+
+
+def choose_bundle(duration_ms: float | None) -> tuple[str, str]:
+    """(bundle, why) from the kernel's measured duration."""
+    if duration_ms is None:
+        return "full", "kernel duration unknown: full set"
+    if duration_ms < FULL_BELOW_MS:
+        return "full", f"kernel takes {duration_ms:.4g} ms < {FULL_BELOW_MS:g} ms: full set"
+    return "light", f"kernel takes {duration_ms:.4g} ms >= {FULL_BELOW_MS:g} ms: light (basic) set"
+
+
+def ncu_command(ncu: str, bundle: str, report_base: Path, target: list[str], kernel_filter: str | None) -> list[str]:
+    command = [
+        ncu, "--profile-from-start", "off", "--clock-control", "none", "--target-processes", "all",
+        "--force-overwrite", "--export", str(report_base), *BUNDLE_ARGS[bundle],
+    ]
+    if kernel_filter:
+        command += ["--kernel-name", kernel_filter]
+    return command + list(target)
+
+
+def _run_logged(command: list[str], log_path: Path, timeout_s: float, env: dict) -> tuple[int | None, bool, float]:
+    start = time.perf_counter()
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            code = process.wait(timeout=timeout_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            code, timed_out = None, True
+    return code, timed_out, time.perf_counter() - start
+
+
+def profile(
+    target: list[str],
+    out_dir: Path,
+    *,
+    name: str = "profile",
+    duration_ms: float | None = None,
+    kernel_filter: str | None = None,
+    timeout_s: float = 600.0,
+    force_bundle: str | None = None,
+    extra_env: dict | None = None,
+    ncu: str | None = None,
+) -> tuple[Path, str, str, list[NcuAttempt]]:
+    """Profile ``target`` (a command that brackets one invocation with cudaProfilerStart/Stop).
+
+    Returns (report path, bundle, why that bundle, attempts). Raises HardwareError when no attempt gave
+    a report; the attempts are in the error's message and in ``out_dir/ncu_*.log``.
+    """
+    ncu = ncu or find_ncu()
+    if ncu is None:
+        raise HardwareError("ncu (Nsight Compute) not found on PATH, in CUDA_HOME or /opt/nvidia/nsight-compute",
+                            hint="install Nsight Compute or put ncu on PATH")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    bundle, reason = (force_bundle, f"forced: {force_bundle}") if force_bundle else choose_bundle(duration_ms)
+    env = dict(os.environ, **(extra_env or {}))
+    attempts: list[NcuAttempt] = []
+    report_base = out_dir / name
+    report = report_base.with_suffix(".ncu-rep")
+    while True:
+        report.unlink(missing_ok=True)
+        command = ncu_command(ncu, bundle, report_base, target, kernel_filter)
+        log = out_dir / f"ncu_{name}_{bundle}.log"
+        code, timed_out, seconds = _run_logged(command, log, timeout_s, env)
+        attempts.append(NcuAttempt(command=command, bundle=bundle, reason=reason, returncode=code,
+                                   timed_out=timed_out, seconds=seconds, log=str(log)))
+        if code == 0 and report.is_file() and report.stat().st_size > 0:
+            return report, bundle, reason, attempts
+        if bundle == "full" and (timed_out or code == REPLAY_EXIT_CODE):
+            why = "timed out" if timed_out else f"exited {REPLAY_EXIT_CODE}"
+            bundle, reason = "light", f"the full replay {why}: retried with the light set"
+            continue
+        tail = log.read_text(errors="replace").strip().splitlines()[-12:]
+        raise HardwareError(
+            f"ncu gave no report ({'timed out' if timed_out else f'exit {code}'} with the {bundle} set); "
+            f"log {log}:\n    " + "\n    ".join(tail),
+            hint="check that ncu can read the GPU's counters (ERR_NVGPUCTRPERM means it may not)",
+        )
+
+
+def export_csv(report: Path, page: str, *, ncu: str | None = None, timeout_s: float = 300.0) -> str:
+    """``ncu --import REPORT --csv --page raw|details``: the report as CSV text."""
+    ncu = ncu or find_ncu()
+    if ncu is None:
+        raise HardwareError(f"ncu is needed to read {report}", hint="install Nsight Compute, or import a CSV export")
+    done = subprocess.run([ncu, "--import", str(report), "--csv", "--page", page], capture_output=True, text=True,
+                          timeout=timeout_s, check=False)
+    if done.returncode != 0:
+        raise HardwareError(f"ncu --import {report} --page {page} failed (exit {done.returncode}): "
+                            f"{(done.stderr or done.stdout).strip()[:500]}")
+    return done.stdout
