@@ -10,7 +10,9 @@ from pathlib import Path
 from kopt_core import hookimpl
 from kopt_core.bench import run_worker
 from kopt_core.errors import ConfigError
-from kopt_core.records import Artifact, BackendInfo, BenchRequest, Candidate, PreflightReport, ProbeResult, Toolchain
+from kopt_core.records import (
+    Artifact, BackendInfo, BenchRequest, Candidate, PreflightReport, ProbeResult, ProfileLaunch, Toolchain,
+)
 
 NAME = "cuda"
 SHIM = Path(__file__).parent / "shim" / "kopt_shim.cu"
@@ -97,3 +99,11 @@ def kopt_bench(artifact, request: BenchRequest):
     if artifact.backend != NAME:
         return None
     return run_worker(request)
+
+
+@hookimpl
+def kopt_profile(artifact, request):
+    """Only solve's launches fall inside the profiled range, so every kernel there is the candidate's."""
+    if artifact.backend != NAME:
+        return None
+    return ProfileLaunch()

@@ -12,6 +12,7 @@ from pathlib import Path
 from kopt_core import hookimpl
 from kopt_core.bench import run_worker
 from kopt_core.errors import HardwareError
+from kopt_core.records import ProfileLaunch
 from kopt_core.records.backend import BackendInfo, ProbeResult
 from kopt_cuda.build import find_nvcc as cuda_find_nvcc
 from kopt_cuda.plugin import compile_solve, preflight_solve
@@ -103,3 +104,11 @@ def kopt_bench(artifact, request):
     if artifact.backend != BACKEND:
         return None
     return run_worker(request)
+
+
+@hookimpl
+def kopt_profile(artifact, request):
+    """As for CUDA: the profiled range holds solve's launches only (CUTLASS's own kernels included)."""
+    if artifact.backend != BACKEND:
+        return None
+    return ProfileLaunch()

@@ -24,7 +24,7 @@ from pathlib import Path
 import attrs
 
 from kopt_core import hookimpl
-from kopt_core.records import BenchRequest, Candidate, PreflightReport, Toolchain
+from kopt_core.records import BenchRequest, Candidate, PreflightReport, ProfileLaunch, Toolchain
 from kopt_core.records.backend import BackendInfo, ProbeResult
 
 BACKEND = "triton"
@@ -120,3 +120,11 @@ def kopt_bench(artifact, request: BenchRequest):
     from kopt_core.bench import run_worker
 
     return run_worker(request)
+
+
+@hookimpl
+def kopt_profile(artifact, request):
+    """The profiled range holds one run_kernel call (compilation and autotuning happen before it)."""
+    if artifact.backend != BACKEND:
+        return None
+    return ProfileLaunch()
