@@ -141,5 +141,69 @@ def bench_cmd(kernel, reference, dims_json, backend, arch, seeds, l2, mode, warm
     return exit_code(result)
 
 
+@cli.command("profile", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("kernel", required=False, type=click.Path(dir_okay=False))
+@click.option("--ref", "reference", type=click.Path(dir_okay=False), help="Reference file (its workload_model "
+              "makes the roofline real).")
+@click.option("--import", "import_path", type=click.Path(dir_okay=False), default=None,
+              help="Analyse an existing .ncu-rep (needs ncu) or raw-page CSV (needs nothing) instead of profiling.")
+@click.option("--dims", "dims_json", default=None, help="Dims as JSON.")
+@click.option("--backend", default=None, help="Backend name (default: detected from the file).")
+@click.option("--arch", default=None, help="Target architecture (default: the GPU's).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Folder for the report, ncu_top.json, roofline.json and the plot (default: ./kopt_profile_<kernel>).")
+@click.option("--ncu-num", type=click.IntRange(1, 50), default=5, show_default=True, help="Top metrics per axis.")
+@click.option("--bundle", type=click.Choice(["auto", "full", "light"]), default="auto", show_default=True,
+              help="ncu metric bundle: auto = full below 10 ms of kernel time, light above.")
+@click.option("--ncu-timeout-s", type=float, default=600.0, show_default=True, help="Limit for one ncu run.")
+@click.option("--full-timeout-s", type=float, default=None,
+              help="Limit for a full-set run (default: --ncu-timeout-s); past it kopt retries with the light set.")
+@click.option("--ceilings", type=click.Path(dir_okay=False), default=None,
+              help="Device ceilings JSON (python -m kopt_core.roofline.ceilings); default: MEASUREMENT.md's H200.")
+@click.option("--json", "as_json", is_flag=True, help="Print profile.json on stdout.")
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED)
+def profile_cmd(kernel, reference, import_path, dims_json, backend, arch, out_dir, ncu_num, bundle, ncu_timeout_s,
+                full_timeout_s, ceilings, as_json, extra) -> int:
+    """Profile KERNEL with Nsight Compute and write ncu_top.json, roofline.json and a roofline plot.
+
+    Or, with --import, do the same from an existing report or its CSV export.
+    """
+    from pathlib import Path
+
+    from kopt_core.dims import parse_dims
+    from kopt_core.errors import ConfigError
+    from kopt_core.jsonio import dumps
+    from kopt_core.reference import load_reference
+    from kopt_core.steps import profile as steps
+    from kopt_core.steps.bench import prepare
+
+    dims = parse_dims(dims_json, extra)
+    limits = steps.load_ceilings(ceilings)
+    if import_path:
+        model = None
+        if reference:
+            ref = load_reference(reference)
+            model = ref.workload_model(**dims) if ref.workload_model else None
+        outcome = steps.import_profile(import_path, Path(out_dir or f"kopt_profile_{Path(import_path).stem}"),
+                                       ncu_num=ncu_num, workload=model, ceilings=limits,
+                                       peak_dtype=(model or {}).get("dtype"))
+    else:
+        if not kernel or not reference:
+            raise ConfigError("kopt profile needs KERNEL and --ref (or --import FILE)")
+        pm = _plugin_manager()
+        prepared = prepare(pm, kernel, reference, dims, backend=backend, arch=arch, on_warning=render.warning,
+                           purpose="profile it")
+        outcome = steps.profile_prepared(
+            pm, prepared, Path(out_dir or f"kopt_profile_{Path(kernel).stem}"), ncu_num=ncu_num, ceilings=limits,
+            force_bundle=None if bundle == "auto" else bundle, ncu_timeout_s=ncu_timeout_s,
+            full_timeout_s=full_timeout_s,
+        )
+    if as_json:
+        click.echo(dumps(outcome.summary), nl=False)
+    else:
+        render.profile_report(outcome)
+    return 0
+
+
 def main() -> None:
     cli.main()

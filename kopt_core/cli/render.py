@@ -89,3 +89,28 @@ def bench_report(result: BenchResult) -> None:
     if result.speedup_vs_reference is not None:
         table.add_row("speedup vs reference", f"{result.speedup_vs_reference:.2f}x")
     out.print(table)
+
+
+def profile_report(outcome) -> None:
+    roof, top, summary = outcome.roofline, outcome.ncu_top, outcome.summary
+    table = Table(title=f"kopt profile: {summary.get('kernel_file') or summary.get('report')}", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    table.add_row("report", str(summary.get("report")))
+    table.add_row("bundle", f"{summary.get('bundle')} ({summary.get('bundle_reason')})")
+    for kernel in summary.get("kernels", []):
+        table.add_row(f"kernel {kernel['id']}", f"{kernel['name'][:70]}: {_ms(kernel.get('duration_ms'))}")
+    if summary.get("harness_median_ms") is not None:
+        table.add_row("ncu vs kopt", f"ncu {_ms(summary['ncu_duration_ms'])}, kopt median "
+                                     f"{_ms(summary['harness_median_ms'])} ({summary['harness_over_ncu']:+.1%})")
+    gaps = ", ".join(f"{axis} {value:.2f}" if value is not None else f"{axis} unknown" for axis, value in
+                     (("compute", roof.delta_compute), ("memory", roof.delta_memory), ("latency", roof.delta_latency)))
+    table.add_row(roof.label, f"gaps: {gaps}; bound: {roof.bound}; near peak: {roof.near_peak}")
+    table.add_row("axis budget", ", ".join(f"{k} {v}" for k, v in roof.axis_budget.items()))
+    for axis, rows in top.axes.items():
+        for row in rows:
+            table.add_row(f"top {axis}", row.evidence)
+    if top.unknown:
+        table.add_row("unknown", ", ".join(top.unknown))
+    table.add_row("written", str(outcome.out_dir))
+    out.print(table)

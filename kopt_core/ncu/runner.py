@@ -68,12 +68,14 @@ def profile(
     duration_ms: float | None = None,
     kernel_filter: str | None = None,
     timeout_s: float = 600.0,
+    full_timeout_s: float | None = None,
     force_bundle: str | None = None,
     extra_env: dict | None = None,
     ncu: str | None = None,
 ) -> tuple[Path, str, str, list[NcuAttempt]]:
     """Profile ``target`` (a command that brackets one invocation with cudaProfilerStart/Stop).
 
+    ``full_timeout_s`` limits a full-set attempt (default ``timeout_s``); the light retry gets ``timeout_s``.
     Returns (report path, bundle, why that bundle, attempts). Raises HardwareError when no attempt gave
     a report; the attempts are in the error's message and in ``out_dir/ncu_*.log``.
     """
@@ -91,7 +93,8 @@ def profile(
         report.unlink(missing_ok=True)
         command = ncu_command(ncu, bundle, report_base, target, kernel_filter)
         log = out_dir / f"ncu_{name}_{bundle}.log"
-        code, timed_out, seconds = _run_logged(command, log, timeout_s, env)
+        limit = full_timeout_s if (bundle == "full" and full_timeout_s is not None) else timeout_s
+        code, timed_out, seconds = _run_logged(command, log, limit, env)
         attempts.append(NcuAttempt(command=command, bundle=bundle, reason=reason, returncode=code,
                                    timed_out=timed_out, seconds=seconds, log=str(log)))
         if code == 0 and report.is_file() and report.stat().st_size > 0:

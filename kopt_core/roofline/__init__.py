@@ -1,0 +1,46 @@
+"""Step 3b: device ceilings, roofline gaps, the evidence-driven axis budget and the top ncu metrics.
+
+``compute_roofline`` -> ``Roofline`` (roofline.json), ``build_ncu_top`` / ``top_metrics`` -> ``NcuTop``
+(ncu_top.json), ``measure_ceilings`` / ``DEFAULT_CEILINGS`` -> ``Ceilings``, ``plot_roofline`` -> PNG
+(``kopt_core.roofline.plot``, imported on use: it needs matplotlib).
+"""
+
+from kopt_core.roofline.gaps import (
+    axis_budget,
+    build_ncu_top,
+    compute_roofline,
+    latency_gap,
+    metric_values,
+    top_metrics,
+    unknown_keys,
+)
+from kopt_core.roofline.records import AXES, Achieved, Ceilings, NcuTop, Roofline, TopMetric
+
+
+def __getattr__(name: str):
+    # kopt_core.roofline.ceilings is loaded on first use, so ``python -m kopt_core.roofline.ceilings``
+    # runs it as __main__ without a second copy already in sys.modules
+    if name in {"DEFAULT_CEILINGS", "measure_ceilings"}:
+        from kopt_core.roofline import ceilings
+
+        return getattr(ceilings, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "AXES",
+    "Achieved",
+    "Ceilings",
+    "DEFAULT_CEILINGS",
+    "NcuTop",
+    "Roofline",
+    "TopMetric",
+    "axis_budget",
+    "build_ncu_top",
+    "compute_roofline",
+    "latency_gap",
+    "measure_ceilings",
+    "metric_values",
+    "top_metrics",
+    "unknown_keys",
+]

@@ -1,0 +1,225 @@
+"""Device ceilings: what the GPU reaches at best, for the roofline.
+
+``DEFAULT_CEILINGS`` are MEASUREMENT.md's H200 figures. ``measure_ceilings`` measures them on the GPU
+it runs on (torch is imported inside, so this module imports without it):
+
+    python -m kopt_core.roofline.ceilings OUT.json
+
+Bandwidth is the best of several kernels, never a single copy: a Triton vector add reached 4.38 TB/s
+on the H200, above the 4.28 TB/s of a PyTorch copy, and a ceiling below what a kernel reaches would
+flag that kernel as faster than the roofline allows.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Callable, Sequence
+
+from kopt_core.roofline.records import Ceilings
+
+GIB = 1 << 30
+
+DEFAULT_CEILINGS = Ceilings(
+    device="NVIDIA H200",
+    bandwidth_bytes_per_s=4.28e12,
+    flops_per_s={
+        "bfloat16": 801e12,
+        "float16": 769e12,
+        "tf32": 414e12,
+        "float32": 50.9e12,
+    },
+    source="MEASUREMENT.md (H200, 2026-11-29)",
+    details={
+        "bandwidth": "PyTorch device-to-device copy, bytes read + written",
+        "flops": "dense torch.matmul per dtype; float32 with TF32 off",
+        "note": "a Triton vector add reached 4.38 TB/s (docs/validation.md), 2% above this bandwidth; "
+        "measure the ceilings on the device (measure_ceilings) before trusting below_floor",
+    },
+)
+
+MATMUL_N = 8192
+BANDWIDTH_RUNS = 10
+MATMUL_RUNS = 5
+
+
+def _time_ms(torch, fn: Callable[[], object], *, runs: int, warmup: int) -> list[float]:
+    """Per-run times in ms by CUDA events, after ``warmup`` untimed runs."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return times
+
+
+def _stats(times: Sequence[float]) -> dict:
+    return {
+        "median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times), "runs": len(times),
+    }
+
+
+def _alloc(torch, nbytes: int, count: int, dtype) -> list:
+    """``count`` random tensors of ``nbytes`` each; halve the size on out-of-memory (down to 128 MiB)."""
+    element = torch.empty((), dtype=dtype).element_size()
+    while True:
+        try:
+            return [torch.rand(nbytes // element, device="cuda", dtype=dtype) for _ in range(count)]
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            if nbytes <= 128 * (1 << 20):
+                raise
+            nbytes //= 2
+
+
+def _bandwidth_method(torch, name: str, tensor_bytes: int) -> dict:
+    """One bandwidth method on fresh random tensors, freed on return: bytes moved per second."""
+    if name == "copy_":  # device-to-device copy: one read and one write per element
+        src, dst = _alloc(torch, tensor_bytes, 2, torch.float32)
+        fn, tensors, moved_per_tensor = (lambda: dst.copy_(src)), (src, dst), 2
+    else:  # torch.add(a, b, out=c): two reads and one write per element
+        a, b, c = _alloc(torch, tensor_bytes, 3, torch.float32)
+        fn, tensors, moved_per_tensor = (lambda: torch.add(a, b, out=c)), (a, b, c), 3
+    nbytes = tensors[0].numel() * tensors[0].element_size()
+    times = _time_ms(torch, fn, runs=BANDWIDTH_RUNS, warmup=3)
+    moved = moved_per_tensor * nbytes
+    return {**_stats(times), "tensor_bytes": nbytes, "bytes_moved": moved,
+            "bytes_per_s": moved / (statistics.median(times) / 1e3)}
+
+
+def _bandwidth(torch) -> tuple[float, dict]:
+    """The best of a 2 GiB copy_ and an add on 1 GiB tensors (bytes read + written per second)."""
+    results: dict[str, dict] = {}
+    for name, tensor_bytes in (("copy_", 2 * GIB), ("add", GIB)):
+        results[name] = _bandwidth_method(torch, name, tensor_bytes)
+        torch.cuda.empty_cache()
+    best = max(results, key=lambda name: results[name]["bytes_per_s"])
+    return results[best]["bytes_per_s"], {"methods": results, "best": best}
+
+
+def _set_tf32(torch, enabled: bool) -> None:
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+
+
+def _matmul(torch, n: int) -> tuple[dict[str, float], dict]:
+    flops = 2.0 * n**3
+    rates: dict[str, float] = {}
+    details: dict[str, dict] = {}
+    saved_tf32 = torch.backends.cuda.matmul.allow_tf32
+
+    def run(name: str, dtype, tf32: bool | None = None) -> None:
+        try:
+            if tf32 is not None:
+                _set_tf32(torch, tf32)
+            a = torch.randn(n, n, device="cuda", dtype=dtype)
+            b = torch.randn(n, n, device="cuda", dtype=dtype)
+            times = _time_ms(torch, lambda: torch.matmul(a, b), runs=MATMUL_RUNS, warmup=2)
+            rates[name] = flops / (statistics.median(times) / 1e3)
+            details[name] = {**_stats(times), "n": n, "flops": flops, "flops_per_s": rates[name]}
+        except Exception as exc:  # an unsupported dtype on this device: skip it, say why
+            details[name] = {"skipped": f"{type(exc).__name__}: {exc}"[:300]}
+        finally:
+            torch.cuda.empty_cache()
+
+    try:
+        run("float16", torch.float16)
+        run("bfloat16", torch.bfloat16)
+        run("float32", torch.float32, tf32=False)
+        run("tf32", torch.float32, tf32=True)
+        run("float64", torch.float64)
+        _fp8(torch, n, flops, rates, details)
+    finally:
+        _set_tf32(torch, saved_tf32)
+    return rates, details
+
+
+def _fp8(torch, n: int, flops: float, rates: dict, details: dict) -> None:
+    """float8_e4m3fn through torch._scaled_mm (row-major A, column-major B), where the device has it."""
+    name = "float8_e4m3fn"
+    try:
+        dtype = getattr(torch, name)
+        a = torch.randn(n, n, device="cuda").to(dtype)
+        b = torch.randn(n, n, device="cuda").to(dtype).t()  # column-major, as _scaled_mm wants
+        one = torch.tensor(1.0, device="cuda")
+        fn = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
+        times = _time_ms(torch, fn, runs=MATMUL_RUNS, warmup=2)
+        rates[name] = flops / (statistics.median(times) / 1e3)
+        details[name] = {**_stats(times), "n": n, "flops": flops, "flops_per_s": rates[name],
+                         "op": "torch._scaled_mm, bf16 out, unit scales"}
+    except Exception as exc:
+        details[name] = {"skipped": f"{type(exc).__name__}: {exc}"[:300]}
+    finally:
+        torch.cuda.empty_cache()
+
+
+def measure_ceilings(*, matmul_n: int = MATMUL_N) -> Ceilings:
+    """Measure bandwidth and matmul throughput on the current CUDA device (takes well under a minute)."""
+    import torch
+
+    from kopt_core.errors import HardwareError
+
+    if not torch.cuda.is_available():
+        raise HardwareError("measuring ceilings needs a CUDA GPU, and torch sees none")
+    started = time.perf_counter()
+    device = torch.cuda.get_device_name()
+    bandwidth, bandwidth_details = _bandwidth(torch)
+    rates, matmul_details = _matmul(torch, matmul_n)
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    return Ceilings(
+        device=device,
+        bandwidth_bytes_per_s=bandwidth,
+        flops_per_s=rates,
+        source=f"measured on {device} {date}",
+        details={
+            "bandwidth": bandwidth_details,
+            "matmul": matmul_details,
+            "timing": "CUDA events, warm-up first, median of "
+            f"{BANDWIDTH_RUNS} (bandwidth) / {MATMUL_RUNS} (matmul) runs; random data (not zeros)",
+            "capability": f"{props.major}.{props.minor}",
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda or "",
+            "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "seconds": round(time.perf_counter() - started, 2),
+        },
+    )
+
+
+def ceilings_main(argv: Sequence[str] | None = None) -> int:
+    """``python -m kopt_core.roofline.ceilings OUT.json``: measure and write the ceilings."""
+    from kopt_core.errors import KoptError
+    from kopt_core.jsonio import write_json
+    from kopt_core.records import to_data
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1 or args[0] in {"-h", "--help"}:
+        print("usage: python -m kopt_core.roofline.ceilings OUT.json", file=sys.stderr)
+        return 4
+    try:
+        ceilings = measure_ceilings()
+    except KoptError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    path = write_json(args[0], to_data(ceilings))
+    print(f"{ceilings.source}: bandwidth {ceilings.bandwidth_bytes_per_s / 1e12:.3f} TB/s "
+          f"(best: {ceilings.details['bandwidth']['best']})")
+    for name, rate in ceilings.flops_per_s.items():
+        print(f"  {name:14s} {rate / 1e12:8.1f} TFLOP/s")
+    for name, info in ceilings.details["matmul"].items():
+        if "skipped" in info:
+            print(f"  {name:14s} skipped: {info['skipped']}")
+    print(f"wrote {path} in {ceilings.details['seconds']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(ceilings_main())

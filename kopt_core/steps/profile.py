@@ -1,0 +1,201 @@
+"""``kopt profile``: the evidence the loop decides from.
+
+Profile one invocation of a (validated) kernel with Nsight Compute, read the report through the metric
+registry, and write what an engineer or the method selection reads next:
+
+    <out>/<name>.ncu-rep     the report (kept for `ncu-ui`)
+    <out>/<name>.raw.csv     ncu --import --csv --page raw   (and .details.csv: ncu's own rule findings)
+    <out>/ncu_top.json       the top ncu_num metrics per axis, with the bundle and why
+    <out>/roofline.json      the seed's deltas, bound, near_peak and axis budget
+    <out>/roofline.png       the kernel on the roofline (or the gaps, without a workload model)
+    <out>/profile.json       attempts, kernels, ncu's time against kopt's, what this cost
+
+The run issue calls ``profile_prepared`` with ``out_dir = iterv{i}`` and ``name = best_input | kernel``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import attrs
+
+from kopt_core.errors import ConfigError, ValidationError
+from kopt_core.jsonio import read_json, write_json, write_text_atomic
+from kopt_core.ncu import runner
+from kopt_core.ncu.metrics import load_registry, resolve
+from kopt_core.ncu.parse import attach_findings, parse_details_csv, parse_raw_csv
+from kopt_core.records import BenchOptions, BenchRequest, ProfileLaunch, ProfileReport, from_data, to_data
+from kopt_core.roofline.ceilings import DEFAULT_CEILINGS
+from kopt_core.roofline.gaps import compute_roofline, top_metrics
+from kopt_core.roofline.plot import plot_roofline
+from kopt_core.roofline.records import Ceilings, NcuTop, Roofline
+from kopt_core.steps.bench import Prepared, run_bench
+
+PROFILE_SCHEMA_VERSION = 1
+# Before profiling, a short check and timing: no evidence is gathered on a kernel that fails, and the
+# median picks the metric bundle.
+QUICK = BenchOptions(seeds=(0, 1), budget_s=0.5, time_reference=False)
+
+
+@attrs.frozen
+class ProfileOutcome:
+    out_dir: Path
+    report: ProfileReport
+    ncu_top: NcuTop
+    roofline: Roofline
+    summary: dict
+
+
+def load_ceilings(path: str | Path | None) -> Ceilings:
+    if path is None:
+        return DEFAULT_CEILINGS
+    try:
+        return from_data(read_json(path), Ceilings)
+    except (OSError, ValueError, TypeError) as exc:
+        raise ConfigError(f"ceilings file {path} cannot be read: {exc}",
+                          hint="write it with `python -m kopt_core.roofline.ceilings OUT.json` on the GPU") from None
+
+
+def _peak_dtype(model: dict | None, bench_buffers=()) -> str | None:
+    """The dtype whose peak rate bounds the kernel: the workload model's "dtype" if it names one, else the
+    dtype of the largest input buffer."""
+    if model and model.get("dtype"):
+        return str(model["dtype"])
+    inputs = [b for b in bench_buffers if b.role != "output"]
+    return max(inputs, key=lambda b: b.bytes).dtype if inputs else None
+
+
+def analyse(
+    report: ProfileReport,
+    out_dir: Path,
+    *,
+    ncu_num: int,
+    bundle: str,
+    bundle_reason: str,
+    workload: dict | None,
+    ceilings: Ceilings,
+    peak_dtype: str | None,
+) -> tuple[NcuTop, Roofline]:
+    """ncu_top.json, roofline.json and roofline.png from a parsed report (live or imported)."""
+    registry = load_registry()
+    kernel = report.aggregate
+    resolved = resolve(registry, kernel)
+    rows = [
+        {"key": key, "value": r.value, "unit": r.unit, "axis": registry.get(key).axis,
+         "bad_when": registry.get(key).bad_when, "ncu_name": r.ncu_name, "status": r.status}
+        for key, r in resolved.items()
+    ]
+    axes = top_metrics(rows, ncu_num)
+    ncu_top = NcuTop(
+        ncu_num=ncu_num, bundle=bundle, bundle_reason=bundle_reason, duration_ms=kernel.duration_ms,
+        axes=axes, unknown=sorted(k for k, r in resolved.items() if r.value is None), kernels=len(report.kernels),
+    )
+    values = {key: r.value for key, r in resolved.items()}
+    roofline = compute_roofline(values, duration_ms=kernel.duration_ms, workload=workload, ceilings=ceilings,
+                                peak_dtype=peak_dtype)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(out_dir / "ncu_top.json", to_data(ncu_top))
+    write_json(out_dir / "roofline.json", to_data(roofline))
+    plot_roofline(roofline, out_dir / "roofline.png")
+    return ncu_top, roofline
+
+
+def _read_report(report_path: Path, out_dir: Path, name: str) -> ProfileReport:
+    raw = runner.export_csv(report_path, "raw")
+    write_text_atomic(out_dir / f"{name}.raw.csv", raw)
+    parsed = parse_raw_csv(raw, source=str(report_path))
+    details = runner.export_csv(report_path, "details")
+    write_text_atomic(out_dir / f"{name}.details.csv", details)
+    return attach_findings(parsed, parse_details_csv(details))
+
+
+def profile_prepared(
+    pm,
+    prepared: Prepared,
+    out_dir: str | Path,
+    *,
+    name: str = "kernel",
+    ncu_num: int = 5,
+    ceilings: Ceilings = DEFAULT_CEILINGS,
+    force_bundle: str | None = None,
+    ncu_timeout_s: float = 600.0,
+    full_timeout_s: float | None = None,
+) -> ProfileOutcome:
+    out_dir = Path(out_dir)
+    started = time.perf_counter()
+    bench = run_bench(pm, prepared, QUICK)
+    if not (bench.status == "ok" and bench.correctness_pass and bench.timing_valid):
+        raise ValidationError(f"{prepared.candidate.path} failed validation, so it is not profiled: {bench.error}")
+    harness_ms = bench.kernel_timing.median_ms
+    request = BenchRequest(artifact=prepared.artifact, reference=prepared.reference_path, dims=prepared.dims,
+                           options=QUICK)
+    launch = pm.hook.kopt_profile(artifact=prepared.artifact, request=request) or ProfileLaunch()
+    request_path = out_dir / f"{name}.request.json"
+    write_json(request_path, to_data(request))
+    target = [sys.executable, "-m", "kopt_core.ncu.target", str(request_path)]
+    report_path, bundle, reason, attempts = runner.profile(
+        target, out_dir, name=name, duration_ms=harness_ms, kernel_filter=launch.kernel_filter,
+        timeout_s=ncu_timeout_s, full_timeout_s=full_timeout_s, force_bundle=force_bundle, extra_env=launch.env,
+    )
+    report = _read_report(report_path, out_dir, name)
+    model = prepared.reference.workload_model(**prepared.dims) if prepared.reference.workload_model else None
+    ncu_top, roofline = analyse(
+        report, out_dir, ncu_num=ncu_num, bundle=bundle, bundle_reason=reason, workload=model, ceilings=ceilings,
+        peak_dtype=_peak_dtype(model, bench.buffers),
+    )
+    ncu_ms = report.aggregate.duration_ms
+    summary = {
+        "schema_version": PROFILE_SCHEMA_VERSION,
+        "kernel_file": prepared.candidate.path,
+        "backend": prepared.backend.name,
+        "dims": prepared.dims,
+        "report": str(report_path),
+        "bundle": bundle,
+        "bundle_reason": reason,
+        "attempts": [to_data(a) for a in attempts],
+        "kernels": [{"id": k.id, "name": k.name, "duration_ms": k.duration_ms, "grid": k.grid, "block": k.block}
+                    for k in report.kernels],
+        "ncu_duration_ms": ncu_ms,
+        "harness_median_ms": harness_ms,
+        "harness_over_ncu": (harness_ms / ncu_ms - 1) if ncu_ms else None,
+        "ncu_seconds": sum(a.seconds for a in attempts),
+        "total_seconds": time.perf_counter() - started,
+    }
+    write_json(out_dir / "profile.json", summary)
+    return ProfileOutcome(out_dir=out_dir, report=report, ncu_top=ncu_top, roofline=roofline, summary=summary)
+
+
+def import_profile(
+    path: str | Path,
+    out_dir: str | Path,
+    *,
+    ncu_num: int = 5,
+    workload: dict | None = None,
+    ceilings: Ceilings = DEFAULT_CEILINGS,
+    peak_dtype: str | None = None,
+) -> ProfileOutcome:
+    """The same outputs from an existing ``.ncu-rep`` (needs ncu) or a raw-page CSV export (needs
+    neither ncu nor a GPU)."""
+    path, out_dir = Path(path), Path(out_dir)
+    if not path.is_file():
+        raise ConfigError(f"profile {path} does not exist")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".ncu-rep":
+        report = _read_report(path, out_dir, path.stem)
+    elif path.suffix == ".csv":
+        report = parse_raw_csv(path.read_text(errors="replace"), source=str(path))
+    else:
+        raise ConfigError(f"{path}: import takes an .ncu-rep report or a CSV of its raw page")
+    bundle = "imported"
+    reason = f"imported from {path.name}"
+    ncu_top, roofline = analyse(report, out_dir, ncu_num=ncu_num, bundle=bundle, bundle_reason=reason,
+                                workload=workload, ceilings=ceilings, peak_dtype=peak_dtype)
+    summary = {
+        "schema_version": PROFILE_SCHEMA_VERSION, "report": str(path), "bundle": bundle, "bundle_reason": reason,
+        "kernels": [{"id": k.id, "name": k.name, "duration_ms": k.duration_ms} for k in report.kernels],
+        "ncu_duration_ms": report.aggregate.duration_ms,
+    }
+    write_json(out_dir / "profile.json", summary)
+    return ProfileOutcome(out_dir=out_dir, report=report, ncu_top=ncu_top, roofline=roofline, summary=summary)
