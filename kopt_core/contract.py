@@ -49,17 +49,10 @@ def check_reference(interface: KernelInterface, ref: ReferenceModule, dims: dict
             f"{ref.path}: reference({params}) cannot take the kernel's arguments ({', '.join(names)}): {exc}; "
             "name its parameters like the kernel's, or accept **kwargs"
         )
-    if ref.workload_model is not None:
-        try:
-            model = ref.workload_model(**dims)
-        except Exception as exc:
-            problems.append(f"{ref.path}: workload_model(**dims) raised {type(exc).__name__}: {exc}")
-        else:
-            if not isinstance(model, dict) or not all(
-                isinstance(model.get(k), (int, float)) and model.get(k) >= 0 for k in ("flops", "bytes_min")
-            ):
-                problems.append(f"{ref.path}: workload_model(**dims) must return {{'flops': number >= 0, "
-                                f"'bytes_min': number >= 0}}, got {model!r}")
+    try:
+        ref.workload(dims)
+    except ConfigError as exc:
+        problems.append(exc.message)
     return problems
 
 

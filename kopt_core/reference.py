@@ -38,6 +38,22 @@ class ReferenceModule:
     workload_model: Callable | None
     buffers: Callable | None
 
+    def workload(self, dims: dict) -> dict | None:
+        """``workload_model(**dims)``, or None without one. A model that fails is the user's to fix."""
+        if self.workload_model is None:
+            return None
+        try:
+            model = self.workload_model(**dims)
+        except Exception as exc:
+            raise ConfigError(f"{self.path}: workload_model(**dims) raised {type(exc).__name__}: {exc}",
+                              hint="give every dim it takes on the command line") from None
+        if not isinstance(model, dict) or not all(
+            isinstance(model.get(k), (int, float)) and model.get(k) >= 0 for k in ("flops", "bytes_min")
+        ):
+            raise ConfigError(f"{self.path}: workload_model(**dims) must return {{'flops': number >= 0, "
+                              f"'bytes_min': number >= 0}}, got {model!r}")
+        return model
+
     def tolerance(self, dtype: str, atol: float | None = None, rtol: float | None = None) -> Tolerance:
         """Command line beats the reference file beats the dtype's default; integers compare exactly."""
         if atol is not None or rtol is not None:

@@ -142,7 +142,6 @@ def bench_cmd(kernel, reference, dims_json, backend, arch, seeds, l2, mode, warm
 
 
 @cli.command("profile", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.argument("kernel", required=False, type=click.Path(dir_okay=False))
 @click.option("--ref", "reference", type=click.Path(dir_okay=False), help="Reference file (its workload_model "
               "makes the roofline real).")
 @click.option("--import", "import_path", type=click.Path(dir_okay=False), default=None,
@@ -161,9 +160,9 @@ def bench_cmd(kernel, reference, dims_json, backend, arch, seeds, l2, mode, warm
 @click.option("--ceilings", type=click.Path(dir_okay=False), default=None,
               help="Device ceilings JSON (python -m kopt_core.roofline.ceilings); default: MEASUREMENT.md's H200.")
 @click.option("--json", "as_json", is_flag=True, help="Print profile.json on stdout.")
-@click.argument("extra", nargs=-1, type=click.UNPROCESSED)
-def profile_cmd(kernel, reference, import_path, dims_json, backend, arch, out_dir, ncu_num, bundle, ncu_timeout_s,
-                full_timeout_s, ceilings, as_json, extra) -> int:
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[KERNEL] [--NAME=VALUE]...")
+def profile_cmd(args, reference, import_path, dims_json, backend, arch, out_dir, ncu_num, bundle, ncu_timeout_s,
+                full_timeout_s, ceilings, as_json) -> int:
     """Profile KERNEL with Nsight Compute and write ncu_top.json, roofline.json and a roofline plot.
 
     Or, with --import, do the same from an existing report or its CSV export.
@@ -177,16 +176,18 @@ def profile_cmd(kernel, reference, import_path, dims_json, backend, arch, out_di
     from kopt_core.steps import profile as steps
     from kopt_core.steps.bench import prepare
 
+    # KERNEL is optional (--import needs none), so it is read from the free arguments: the first one that
+    # is not an option; the rest are dims.
+    kernel, extra = (args[0], args[1:]) if args and not args[0].startswith("--") else (None, args)
     dims = parse_dims(dims_json, extra)
     limits = steps.load_ceilings(ceilings)
     if import_path:
-        model = None
-        if reference:
-            ref = load_reference(reference)
-            model = ref.workload_model(**dims) if ref.workload_model else None
-        outcome = steps.import_profile(import_path, Path(out_dir or f"kopt_profile_{Path(import_path).stem}"),
-                                       ncu_num=ncu_num, workload=model, ceilings=limits,
-                                       peak_dtype=(model or {}).get("dtype"))
+        ref = load_reference(reference) if reference else None
+        model = ref.workload(dims) if ref else None
+        outcome = steps.import_profile(
+            import_path, Path(out_dir or f"kopt_profile_{Path(import_path).stem}"), ncu_num=ncu_num, workload=model,
+            ceilings=limits, peak_dtype=steps.peak_dtype(model, steps.described_inputs(ref, dims) if ref else []),
+        )
     else:
         if not kernel or not reference:
             raise ConfigError("kopt profile needs KERNEL and --ref (or --import FILE)")

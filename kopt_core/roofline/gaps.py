@@ -31,6 +31,7 @@ STALL_SUFFIX = "_pct"
 NOT_LATENCY_STALLS = frozenset({"warp_stall_selected_pct", "warp_stall_not_selected_pct"})
 
 IDLE_PCT = 0.1  # a 'low is bad' percentage below this is an idle unit, not a bottleneck (top_metrics)
+SATURATED_PCT = 80.0  # a unit this busy is a bound of the kernel (ncu's speed-of-light reading)
 
 LABEL_ROOFLINE = "roofline"
 LABEL_HEURISTIC = "bottleneck-gap heuristic"
@@ -287,7 +288,7 @@ def compute_roofline(
             )
     reasons.append(latency_reason)
 
-    bound = _bound(
+    bound = _saturated_unit(metrics, reasons) or _bound(
         label=label,
         compute_util=compute_util,
         memory_util=memory_util,
@@ -369,6 +370,21 @@ def _bound(
     return axis
 
 
+def _saturated_unit(metrics: Mapping[str, Any], reasons: list[str]) -> str | None:
+    """The axis of a unit ncu saw saturated (speed of light >= SATURATED_PCT), if any: that unit bounds the
+    kernel whatever the DRAM roofline says (a naive SGEMM is bound by L1 traffic that bytes_min cannot
+    see). The busier of compute and memory wins."""
+    sol = {"compute": _known(metrics.get("sm_throughput_pct")),
+           "memory": _known(metrics.get("memory_throughput_pct"))}
+    busy = {axis: value for axis, value in sol.items() if value is not None and value >= SATURATED_PCT}
+    if not busy:
+        return None
+    axis = max(busy, key=lambda a: (busy[a], a == "compute"))
+    reasons.append(f"bound {axis}: ncu measured the {axis} units at {busy[axis]:.1f}% of their peak "
+                   f"(>= {SATURATED_PCT:g}%: saturated)")
+    return axis
+
+
 def _near_peak(deltas: Mapping[str, float | None], label: str, below_floor: bool) -> tuple[bool, str]:
     if label != LABEL_ROOFLINE:
         return False, "near_peak false: no workload roofline (a bottleneck-gap heuristic never claims it)"
@@ -401,9 +417,18 @@ def _row_value(row: Mapping) -> float | None:
     return _known(row.get("value"))
 
 
-def _badness(value: float, unit: str, bad_when: str) -> float | None:
+def _is_utilisation(row: Mapping) -> bool:
+    """A compute or memory unit's throughput as a share of its peak ("...pct_of_peak..."): evidence of what
+    bounds the kernel when it is high, whatever the registry says of low values. (On the latency axis a
+    share of peak is occupancy: there high is good, and the registry's reading stands.)"""
+    return "of_peak" in str(row.get("ncu_name") or "") and row.get("axis") in ("compute", "memory")
+
+
+def _badness(value: float, unit: str, bad_when: str, utilisation: bool = False) -> float | None:
     if not _is_percent(unit):
         return None
+    if utilisation:
+        return _clamp01(value / 100.0)
     if bad_when == "high":
         return _clamp01(value / 100.0)
     if bad_when == "low":
@@ -411,11 +436,11 @@ def _badness(value: float, unit: str, bad_when: str) -> float | None:
     return None
 
 
-def _is_idle(value: float, unit: str, bad_when: str) -> bool:
+def _is_idle(value: float, unit: str, bad_when: str, utilisation: bool = False) -> bool:
     """A 'low is bad' percentage under IDLE_PCT: a unit the kernel does not use (the fp64 or tensor pipe
     of an fp32 SGEMM reads 0 and 0.008%). Its headroom is not a bottleneck: it ranks after the active
     units."""
-    return _is_percent(unit) and bad_when == "low" and value < IDLE_PCT
+    return _is_percent(unit) and (bad_when == "low" or utilisation) and value < IDLE_PCT
 
 
 def _evidence(row: Mapping, value: float, badness: float | None) -> str:
@@ -425,10 +450,12 @@ def _evidence(row: Mapping, value: float, badness: float | None) -> str:
     unit = str(row.get("unit") or "")
     bad_when = row.get("bad_when")
     derived = " (derived)" if derived_row else ""
-    if _is_idle(value, unit, bad_when):
+    utilisation = _is_utilisation(row)
+    if _is_idle(value, unit, bad_when, utilisation):
         return f"{name} {value:.2g}%: idle in this kernel: ranked after the active ones{derived}"
-    if _is_percent(unit) and bad_when == "low" and "of_peak" in str(row.get("ncu_name") or ""):
-        return f"{name} {value:.1f}% of peak: {100.0 - value:.1f}% headroom{derived}"
+    if _is_percent(unit) and utilisation:
+        state = "saturated: a bound of this kernel" if value >= SATURATED_PCT else f"{100.0 - value:.1f}% headroom"
+        return f"{name} {value:.1f}% of peak: {state}{derived}"
     if _is_percent(unit) and bad_when == "low":
         return f"{name} {value:.1f}%: higher is better, badness {badness:.2f}{derived}"
     if _is_percent(unit) and bad_when == "high":
@@ -443,8 +470,10 @@ def top_metrics(resolved: Iterable[Mapping], ncu_num: int) -> dict[str, list[Top
     """The ``ncu_num`` worst metrics per axis (compute, memory, latency; the info axis is left out).
 
     Each row: {key, value, unit, axis, bad_when (high|low|neither), ncu_name, status (measured|derived|
-    unknown)}. Percentages rank by badness (value/100 when high is bad, 1 - value/100 when low is bad),
-    ties by key; then idle units (a 'low is bad' percentage under IDLE_PCT), then the other rows, by key.
+    unknown)}. Percentages rank by badness, ties by key: a unit's utilisation (``...pct_of_peak...``) by
+    value/100, since the saturated units are what bounds the kernel; other percentages by value/100 when
+    high is bad and 1 - value/100 when low is bad. Then idle units (under IDLE_PCT), then the other rows,
+    by key.
     Unknown rows are never ranked (see ``unknown_keys``)."""
     ranked: dict[str, list[tuple[tuple, TopMetric]]] = {axis: [] for axis in AXES}
     for row in resolved:
@@ -456,7 +485,8 @@ def top_metrics(resolved: Iterable[Mapping], ncu_num: int) -> dict[str, list[Top
             continue
         unit = str(row.get("unit") or "")
         bad_when = str(row.get("bad_when") or "neither")
-        badness = _badness(value, unit, bad_when)
+        utilisation = _is_utilisation(row)
+        badness = _badness(value, unit, bad_when, utilisation)
         metric = TopMetric(
             key=str(row["key"]),
             ncu_name=str(row.get("ncu_name") or ""),
@@ -469,7 +499,7 @@ def top_metrics(resolved: Iterable[Mapping], ncu_num: int) -> dict[str, list[Top
         )
         if badness is None:
             order = (2, 0.0, metric.key)
-        elif _is_idle(value, unit, bad_when):
+        elif _is_idle(value, unit, bad_when, utilisation):
             order = (1, 0.0, metric.key)
         else:
             order = (0, -badness, metric.key)

@@ -130,9 +130,9 @@ def bench_kernel(
 
 def workload(ref: ReferenceModule, dims: dict, result: BenchResult) -> Workload | None:
     """The rates the kernel's median reaches, when the reference has a workload_model."""
-    if ref.workload_model is None:
+    model = ref.workload(dims)
+    if model is None:
         return None
-    model = ref.workload_model(**dims)
     flops, moved = float(model["flops"]), float(model["bytes_min"])
     timing = result.kernel_timing
     if timing is None or not timing.median_ms > 0:

@@ -15,6 +15,8 @@ The run issue calls ``profile_prepared`` with ``out_dir = iterv{i}`` and ``name 
 
 from __future__ import annotations
 
+import inspect
+import math
 import sys
 import time
 from pathlib import Path
@@ -26,9 +28,10 @@ from kopt_core.jsonio import read_json, write_json, write_text_atomic
 from kopt_core.ncu import runner
 from kopt_core.ncu.metrics import load_registry, resolve
 from kopt_core.ncu.parse import attach_findings, parse_details_csv, parse_raw_csv
+from kopt_core.reference import ReferenceModule
 from kopt_core.records import BenchOptions, BenchRequest, ProfileLaunch, ProfileReport, from_data, to_data
 from kopt_core.roofline.ceilings import DEFAULT_CEILINGS
-from kopt_core.roofline.gaps import compute_roofline, top_metrics
+from kopt_core.roofline.gaps import build_ncu_top, compute_roofline, metric_values
 from kopt_core.roofline.plot import plot_roofline
 from kopt_core.roofline.records import Ceilings, NcuTop, Roofline
 from kopt_core.steps.bench import Prepared, run_bench
@@ -58,13 +61,26 @@ def load_ceilings(path: str | Path | None) -> Ceilings:
                           hint="write it with `python -m kopt_core.roofline.ceilings OUT.json` on the GPU") from None
 
 
-def _peak_dtype(model: dict | None, bench_buffers=()) -> str | None:
+def peak_dtype(model: dict | None, inputs: list[tuple[str, int]]) -> str | None:
     """The dtype whose peak rate bounds the kernel: the workload model's "dtype" if it names one, else the
-    dtype of the largest input buffer."""
+    dtype of the largest input buffer (``inputs``: (dtype, bytes) pairs)."""
     if model and model.get("dtype"):
         return str(model["dtype"])
-    inputs = [b for b in bench_buffers if b.role != "output"]
-    return max(inputs, key=lambda b: b.bytes).dtype if inputs else None
+    return max(inputs, key=lambda pair: pair[1])[0] if inputs else None
+
+
+def described_inputs(ref: ReferenceModule, dims: dict) -> list[tuple[str, int]]:
+    """(dtype, elements) of the inputs a reference's buffers() describes (for reports imported without a
+    bench run)."""
+    if ref.buffers is None:
+        return []
+    described = ref.buffers(**{k: v for k, v in dims.items() if k in inspect.signature(ref.buffers).parameters})
+    rows = []
+    for desc in described.values():
+        if desc.get("role", "input") != "output" and desc.get("dtype") and desc.get("shape"):
+            rows.append((desc["dtype"], math.prod(desc["shape"]) if isinstance(desc["shape"], (list, tuple))
+                         else int(desc["shape"])))
+    return rows
 
 
 def analyse(
@@ -81,20 +97,14 @@ def analyse(
     """ncu_top.json, roofline.json and roofline.png from a parsed report (live or imported)."""
     registry = load_registry()
     kernel = report.aggregate
-    resolved = resolve(registry, kernel)
     rows = [
-        {"key": key, "value": r.value, "unit": r.unit, "axis": registry.get(key).axis,
-         "bad_when": registry.get(key).bad_when, "ncu_name": r.ncu_name, "status": r.status}
-        for key, r in resolved.items()
+        {**attrs.asdict(r), "axis": registry.get(key).axis, "bad_when": registry.get(key).bad_when}
+        for key, r in resolve(registry, kernel).items()
     ]
-    axes = top_metrics(rows, ncu_num)
-    ncu_top = NcuTop(
-        ncu_num=ncu_num, bundle=bundle, bundle_reason=bundle_reason, duration_ms=kernel.duration_ms,
-        axes=axes, unknown=sorted(k for k, r in resolved.items() if r.value is None), kernels=len(report.kernels),
-    )
-    values = {key: r.value for key, r in resolved.items()}
-    roofline = compute_roofline(values, duration_ms=kernel.duration_ms, workload=workload, ceilings=ceilings,
-                                peak_dtype=peak_dtype)
+    ncu_top = build_ncu_top(rows, ncu_num=ncu_num, bundle=bundle, bundle_reason=bundle_reason,
+                            duration_ms=kernel.duration_ms, kernels=len(report.kernels))
+    roofline = compute_roofline(metric_values(rows), duration_ms=kernel.duration_ms, workload=workload,
+                                ceilings=ceilings, peak_dtype=peak_dtype)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "ncu_top.json", to_data(ncu_top))
     write_json(out_dir / "roofline.json", to_data(roofline))
@@ -140,10 +150,10 @@ def profile_prepared(
         timeout_s=ncu_timeout_s, full_timeout_s=full_timeout_s, force_bundle=force_bundle, extra_env=launch.env,
     )
     report = _read_report(report_path, out_dir, name)
-    model = prepared.reference.workload_model(**prepared.dims) if prepared.reference.workload_model else None
+    model = prepared.reference.workload(prepared.dims)
     ncu_top, roofline = analyse(
         report, out_dir, ncu_num=ncu_num, bundle=bundle, bundle_reason=reason, workload=model, ceilings=ceilings,
-        peak_dtype=_peak_dtype(model, bench.buffers),
+        peak_dtype=peak_dtype(model, [(b.dtype, b.bytes) for b in bench.buffers if b.role != "output"]),
     )
     ncu_ms = report.aggregate.duration_ms
     summary = {

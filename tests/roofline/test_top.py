@@ -44,11 +44,12 @@ def keys(metrics):
 def test_ranking_by_badness_then_non_percent():
     top = top_metrics(ROWS, 10)
     assert set(top) == {"compute", "memory", "latency"}  # the info axis is left out
-    # badness: tensor 0.90, sm 0.345, issue 0.20; the idle fp64 pipe (0%, badness 1.0) after the active
-    # ones; registers is not a percentage: last
+    # badness: tensor 0.90 (low is bad), sm 0.655 (a utilisation: the busier the unit, the more it bounds
+    # the kernel), issue 0.20; the idle fp64 pipe after the active ones; registers is not a percentage: last
     assert keys(top["compute"]) == ["tensor_pipe_utilization_pct", "sm_throughput_pct", "issue_slot_busy_pct",
                                     "fp64_pipe_utilization_pct", "registers_per_thread"]
-    assert [m.badness for m in top["compute"][:4]] == pytest.approx([0.9, 0.345, 0.2, 1.0])
+    assert [m.badness for m in top["compute"][:4]] == pytest.approx([0.9, 0.655, 0.2, 0.0])
+    assert "65.5% of peak: 34.5% headroom" in top["compute"][1].evidence
     assert top["compute"][4].badness is None
     # dram 0.80, l1 0.70; non-% rows by key
     assert keys(top["memory"]) == ["dram_throughput_pct", "l1_hit_rate_pct", "bank_conflicts", "dram_bytes"]

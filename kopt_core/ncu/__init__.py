@@ -1,0 +1,1 @@
+"""Nsight Compute: running it, reading its reports."""

@@ -1,0 +1,89 @@
+"""The runner's decisions: which bundle, when to fall back to the light set, what counts as failure.
+
+ncu itself runs in the GPU tests (tests/gpu/test_profile_gpu.py); here a stand-in script plays ncu's
+exit codes so that each branch of the decision is exercised on a CPU machine."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from kopt_core.errors import HardwareError
+from kopt_core.ncu.runner import choose_bundle, ncu_command, profile
+
+# Behaves like ncu for the runner: writes the --export report unless told to fail for the set it got.
+STAND_IN = """#!/bin/sh
+set_name=""; export_base=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --set) set_name="$2"; shift 2 ;;
+    --export) export_base="$2"; shift 2 ;;
+    *) shift ;;
+  esac
+done
+echo "==PROF== set $set_name"
+case "$set_name" in
+  full) [ "$FULL" = "exit11" ] && exit 11; [ "$FULL" = "hang" ] && sleep 30 ;;
+  basic) [ "$LIGHT" = "fail" ] && { echo "==ERROR== ERR_NVGPUCTRPERM"; exit 1; } ;;
+esac
+printf 'report' > "$export_base.ncu-rep"
+"""
+
+
+@pytest.fixture
+def fake_ncu(tmp_path) -> str:
+    path = tmp_path / "ncu"
+    path.write_text(STAND_IN)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+def test_bundle_follows_the_kernel_duration():
+    assert choose_bundle(3.1)[0] == "full"
+    assert choose_bundle(10.0)[0] == "light"
+    assert choose_bundle(None)[0] == "full"
+
+
+def test_command_profiles_one_range_without_touching_clocks(tmp_path):
+    command = ncu_command("ncu", "full", tmp_path / "r", ["python", "-m", "x"], "regex:gemm")
+    assert command[:5] == ["ncu", "--profile-from-start", "off", "--clock-control", "none"]
+    assert command[command.index("--set") + 1] == "full"
+    assert command[command.index("--kernel-name") + 1] == "regex:gemm"
+    assert command[-3:] == ["python", "-m", "x"]
+
+
+def test_success_records_one_attempt(fake_ncu, tmp_path):
+    report, bundle, reason, attempts = profile(["true"], tmp_path, ncu=fake_ncu, duration_ms=2.0)
+    assert report.is_file() and bundle == "full" and len(attempts) == 1
+    assert attempts[0].returncode == 0 and "2 ms < 10 ms" in reason
+    assert "==PROF== set full" in Path(attempts[0].log).read_text()
+
+
+def test_replay_failure_falls_back_to_light(fake_ncu, tmp_path, monkeypatch):
+    monkeypatch.setenv("FULL", "exit11")
+    report, bundle, reason, attempts = profile(["true"], tmp_path, ncu=fake_ncu, duration_ms=2.0)
+    assert bundle == "light" and report.is_file()
+    assert [(a.bundle, a.returncode) for a in attempts] == [("full", 11), ("light", 0)]
+    assert "exited 11" in reason
+
+
+def test_full_timeout_falls_back_to_light(fake_ncu, tmp_path, monkeypatch):
+    monkeypatch.setenv("FULL", "hang")
+    report, bundle, _, attempts = profile(["true"], tmp_path, ncu=fake_ncu, duration_ms=2.0, full_timeout_s=1)
+    assert bundle == "light" and attempts[0].timed_out and attempts[0].seconds < 10
+
+
+def test_no_report_is_a_hardware_failure(fake_ncu, tmp_path, monkeypatch):
+    monkeypatch.setenv("FULL", "exit11")
+    monkeypatch.setenv("LIGHT", "fail")
+    with pytest.raises(HardwareError, match="ERR_NVGPUCTRPERM") as info:
+        profile(["true"], tmp_path, ncu=fake_ncu, duration_ms=2.0)
+    assert info.value.exit_code == 3
+
+
+def test_missing_ncu_is_a_hardware_failure(tmp_path, monkeypatch):
+    monkeypatch.setattr("kopt_core.ncu.runner.find_ncu", lambda: None)
+    with pytest.raises(HardwareError, match="ncu"):
+        profile(["true"], tmp_path)

@@ -1,0 +1,57 @@
+"""`kopt profile --import` on the real H200 reports: no GPU and no ncu needed for a CSV export."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures" / "h200"
+SGEMM = REPO / "examples" / "cuda" / "sgemm_naive"
+
+
+def kopt(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kopt_core.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, KOPT_PLUGINS=""))
+
+
+def test_import_with_a_workload_model_gives_a_real_roofline(tmp_path):
+    proc = kopt("profile", "--import", FIXTURES / "naive_full_raw.csv", "--ref", SGEMM / "ref.py", "--M=2048",
+                "--N=2048", "--K=2048", "--out", tmp_path, "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["ncu_duration_ms"] == pytest.approx(3.140224)
+    roofline = json.loads((tmp_path / "roofline.json").read_text())
+    assert roofline["label"] == "roofline" and roofline["peak_dtype"] == "float32"
+    flops = 2 * 2048**3
+    assert roofline["delta_compute"] == pytest.approx(1 - flops / 3.140224e-3 / 50.9e12, rel=1e-6)
+    assert roofline["bound"] == "memory"  # ncu saw L1 at 99.4% of peak: the DRAM roofline alone cannot
+    assert sum(roofline["axis_budget"].values()) == 3 and not roofline["near_peak"]
+    top = json.loads((tmp_path / "ncu_top.json").read_text())
+    assert top["axes"]["memory"][0]["key"] == "l1tex_throughput_pct"
+    assert "saturated" in top["axes"]["memory"][0]["evidence"]
+    assert top["axes"]["latency"][0]["key"] == "warp_stall_long_scoreboard_pct"
+    assert (tmp_path / "roofline.png").stat().st_size > 10_000
+
+
+def test_import_without_a_workload_model_is_labelled_a_heuristic(tmp_path):
+    proc = kopt("profile", "--import", FIXTURES / "naive_basic_raw.csv", "--out", tmp_path, "--json")
+    assert proc.returncode == 0, proc.stderr
+    roofline = json.loads((tmp_path / "roofline.json").read_text())
+    assert roofline["label"] == "bottleneck-gap heuristic" and roofline["near_peak"] is False
+    top = json.loads((tmp_path / "ncu_top.json").read_text())
+    assert top["bundle"] == "imported" and "warp_stall_long_scoreboard_pct" in top["unknown"]
+
+
+def test_import_of_a_file_that_is_no_report(tmp_path):
+    bogus = tmp_path / "notes.csv"
+    bogus.write_text("hello\n")
+    proc = kopt("profile", "--import", bogus, "--out", tmp_path / "out")
+    assert proc.returncode == 3 and "no kernels" in proc.stderr
+    proc = kopt("profile", "--import", tmp_path / "absent.ncu-rep")
+    assert proc.returncode == 4
