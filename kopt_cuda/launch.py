@@ -43,7 +43,8 @@ class CudaGraphReplay:
 
 class ShimClock:
     """CUDA events recorded by the library's own runtime on the per-thread default stream, where solve
-    launches, after a short spin kernel that keeps the start event from running ahead of the launch."""
+    launches, after a spin kernel that keeps the start event from running ahead of the launch (the worker
+    sets its length from the host's enqueue time: ``kopt_core.bench.timing.spin_for``)."""
 
     name = "cuda_events"
     spin_ns = 50_000
@@ -58,6 +59,9 @@ class ShimClock:
 
     def sync(self) -> None:
         self._torch.cuda.synchronize()  # the whole device: every stream, this library's included
+
+    def hold(self, microseconds: float) -> None:
+        self.spin_ns = int(microseconds * 1000)
 
     def time(self, fn) -> tuple[float, float]:
         self._torch.cuda.synchronize()

@@ -15,10 +15,17 @@ from kopt_core.records import BenchOptions, TimingStats
 Fn = Callable[[], object]
 
 
+MIN_SPIN_US = 50.0
+MAX_SPIN_US = 20_000.0
+
+
 class Clock(Protocol):
     name: str
 
     def sync(self) -> None: ...
+
+    def hold(self, microseconds: float) -> None:
+        """How long the stream is held before the start event (device clocks); a no-op on the host."""
 
     def time(self, fn: Fn) -> tuple[float, float]:
         """Run ``fn`` once; return (device milliseconds, host wall milliseconds including a device sync)."""
@@ -28,6 +35,9 @@ class HostClock:
     """For backends that run on the CPU: wall time is the time."""
 
     name = "host"
+
+    def hold(self, microseconds: float) -> None:
+        return None
 
     def sync(self) -> None:
         return None
@@ -48,10 +58,14 @@ class CudaEventClock:
     name = "cuda_events"
     spin_cycles = 100_000  # about 50 us at 2 GHz
 
+    def hold(self, microseconds: float) -> None:
+        self.spin_cycles = int(microseconds * 2000)  # at most 2 GHz: never shorter than asked
+
     def __init__(self) -> None:
         import torch
 
         self._torch = torch
+        self._before = torch.cuda.Event(enable_timing=True)
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
 
@@ -61,14 +75,17 @@ class CudaEventClock:
     def time(self, fn: Fn) -> tuple[float, float]:
         torch = self._torch
         torch.cuda.synchronize()
-        host_start = time.perf_counter()  # host time includes the sleep (well inside escaped_work's slack)
+        host_start = time.perf_counter()
+        self._before.record()
         if hasattr(torch.cuda, "_sleep"):  # PyTorch's own spin kernel (private, long-standing)
             torch.cuda._sleep(self.spin_cycles)
         self._start.record()
         fn()
         self._end.record()
         torch.cuda.synchronize()
-        host = (time.perf_counter() - host_start) * 1e3
+        # The host's time less the sleep, as the device measured it (its length in cycles varies with
+        # the clock): what remains beyond the events is work the events did not see.
+        host = (time.perf_counter() - host_start) * 1e3 - self._before.elapsed_time(self._start)
         return self._start.elapsed_time(self._end), host
 
 
@@ -83,6 +100,22 @@ def warm_up(clock: Clock, fn: Fn, warmup_ms: float, min_launches: int = 3) -> tu
             clock.sync()
     clock.sync()
     return launches, (time.perf_counter() - start) * 1e3
+
+
+def spin_for(clock: Clock, fn: Fn, tries: int = 5) -> float:
+    """Set how long the clock holds the stream before its start event: twice the host's time to enqueue
+    ``fn`` (the ctypes call, a library's own setup such as CUTLASS's initialize()), at least MIN_SPIN_US,
+    so that the events time the GPU's work and not the host's. Returns the hold in microseconds."""
+    enqueue = []
+    for _ in range(tries):
+        clock.sync()
+        start = time.perf_counter()
+        fn()
+        enqueue.append((time.perf_counter() - start) * 1e6)
+    clock.sync()
+    hold = min(MAX_SPIN_US, max(MIN_SPIN_US, 2 * statistics.median(enqueue)))
+    clock.hold(hold)
+    return hold
 
 
 def median_ci_rel(samples: list[float]) -> float:

@@ -25,6 +25,7 @@ from kopt_core.bench.timing import (
     HostClock,
     escaped_work,
     sample_until_stable,
+    spin_for,
     summarize,
     warm_up,
 )
@@ -347,13 +348,14 @@ class WorkerRun:
         opts = self.options
         single = bind(args)
         warm = warm_up(clock, single, opts.warmup_ms)
+        hold_us = spin_for(clock, single)
         estimate = min(clock.time(single)[0] for _ in range(3))
         mode = opts.mode
         if mode == "auto":
             mode = "graph" if (self.device == "cuda" and estimate * 1e3 < opts.tiny_us) else "per_launch"
         if mode == "graph" and capture is None:
             mode = "batched"
-        note = ""
+        note = f"start event held {hold_us:.0f} us behind a spin kernel" if self.device == "cuda" else ""
         if mode == "per_launch":
             flush = self._flusher()
             l2 = "warm" if flush is None else f"cold (read {self._flush_bytes >> 20} MiB between launches)"
@@ -387,6 +389,8 @@ class WorkerRun:
                         call()
 
                 launches = len(calls)
+                # A batch takes the host longer to enqueue than one launch: hold the start event longer.
+                note += f"; batch held {spin_for(clock, body):.0f} us" if self.device == "cuda" else ""
             warm_up(clock, body, min(opts.warmup_ms, 50.0), min_launches=2)
             device, host, reason = sample_until_stable(lambda: clock.time(body), opts)
             if replay is not None:
