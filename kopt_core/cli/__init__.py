@@ -206,5 +206,158 @@ def profile_cmd(args, reference, import_path, dims_json, backend, arch, out_dir,
     return 0
 
 
+def _installed_backend(_ctx, _param, value: str) -> str:
+    from kopt_core.backends import BackendRegistry
+
+    installed = sorted(BackendRegistry.from_plugins(_plugin_manager()).backends)
+    if value not in installed:
+        raise click.BadParameter(f"{value!r} is not an installed backend (installed: {', '.join(installed) or 'none'})")
+    return value
+
+
+@cli.command("gate")
+@click.option("--out", type=click.Path(dir_okay=False), default="env.json", show_default=True,
+              help="Write env.json here (also when the gate refuses: it is the evidence).")
+@click.option("--backend", default="cuda", show_default=True, callback=_installed_backend,
+              help="Backend whose tools and dependencies must resolve (an installed one: see kopt backends).")
+@click.option("--attempts", type=click.IntRange(1, 3), default=3, show_default=True,
+              help="Discovery attempts (tools, GPU, CUDA context, backend); stops at the first that passes.")
+@click.option("--diagnostic", is_flag=True, help="Report everything; never authorise generation.")
+@click.option("--no-ceilings", is_flag=True, help="Do not measure the device ceilings.")
+@click.option("--json", "as_json", is_flag=True, help="Print env.json on stdout instead of a table.")
+def gate_cmd(out, backend, attempts, diagnostic, no_ceilings, as_json) -> int:
+    """The strict hardware gate: GPU, CUDA context, tools, backend, ncu counters and ceilings -> env.json.
+
+    Exit 0 when generation is allowed (with --diagnostic: when the report was written), 3 otherwise.
+    """
+    from pathlib import Path
+
+    from kopt_core.errors import EXIT_HARDWARE, EXIT_OK
+    from kopt_core.jsonio import dumps
+    from kopt_core.records import to_data
+    from kopt_core.steps.gate import run_gate
+
+    env = run_gate(_plugin_manager(), backend=backend, attempts=attempts, diagnostic=diagnostic,
+                   measure=not no_ceilings, out=Path(out),
+                   on_progress=lambda message: render.err.print(f"kopt gate: {message}", style="dim",
+                                                                highlight=False, markup=False, soft_wrap=True))
+    if as_json:
+        click.echo(dumps(to_data(env)), nl=False)
+    else:
+        render.gate_report(env)
+    if env.generation_allowed:
+        return EXIT_OK
+    if diagnostic:
+        render.warning(f"diagnostic run: generation is never authorised; wrote {out}"
+                       + "".join(f"\n  - {problem}" for problem in env.problems))
+        return EXIT_OK
+    render.error(f"the hardware gate refuses generation ({env.attempts} attempt(s); evidence in {out}):"
+                 + "".join(f"\n  - {problem}" for problem in env.problems))
+    return EXIT_HARDWARE
+
+
+# ---------------------------------------------------------------------------------------- run: init, status
+
+@cli.command("init", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.option("--baseline", required=True, type=click.Path(dir_okay=False), help="Baseline kernel file.")
+@click.option("--ref", "reference", required=True, type=click.Path(dir_okay=False),
+              help="Reference file with reference(**kwargs).")
+@click.option("--dims", "dims_json", default=None, help='Dims as JSON, e.g. \'{"M":4096,"N":4096}\'.')
+@click.option("--env", "env_path", required=True, type=click.Path(dir_okay=False),
+              help="env.json written by `kopt gate --out env.json`.")
+@click.option("--iterations", type=int, default=3, show_default=True, help="Most iterations to run.")
+@click.option("--ncu-num", type=int, default=5, show_default=True, help="Top ncu metrics per axis.")
+@click.option("--branches", type=int, default=4, show_default=True, help="Branch kernels per iteration.")
+@click.option("--compile-jobs", default="auto", show_default=True, help="Parallel CPU compiles: auto or N.")
+@click.option("--numerics-mode", type=click.Choice(["reference", "strict", "approximate"]), default="reference",
+              show_default=True, help="Numerical contract for methods.")
+@click.option("--backend", default=None, help="Backend name (default: detected from the file).")
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[--NAME=VALUE]...")
+def init_cmd(baseline, reference, dims_json, env_path, iterations, ncu_num, branches, compile_jobs, numerics_mode,
+             backend, extra) -> int:
+    """Check the baseline, reference and dims (no GPU needed), then create run_YYYYMMDD_HHMMSS/ next to the
+    baseline with baseline/, env.json and state.json. Prints the run folder."""
+    from kopt_core.dims import parse_dims
+    from kopt_core.run.init import init_run
+
+    dims = parse_dims(dims_json, extra)
+    store = init_run(_plugin_manager(), baseline=baseline, ref=reference, dims=dims, env_path=env_path,
+                     iterations=iterations, ncu_num=ncu_num, branches=branches, compile_jobs=compile_jobs,
+                     numerics_mode=numerics_mode, backend=backend, on_warning=render.warning)
+    click.echo(str(store.run_dir))
+    return 0
+
+
+@cli.command("status")
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def status_cmd(run_dir, as_json) -> int:
+    """Where RUN stands: status, stop, iterations, best vs baseline, iteration folders, the lock."""
+    from kopt_core.jsonio import dumps
+    from kopt_core.run.status import run_status
+
+    info = run_status(run_dir)
+    if as_json:
+        click.echo(dumps(info), nl=False)
+        return 0
+    render.status_report(info)
+    return 0
+
+
+def _store(state_path: str):
+    from pathlib import Path
+
+    from kopt_core.run.store import RunStore
+
+    path = Path(state_path)
+    return RunStore(path.parent if path.name == "state.json" else path)
+
+
+@cli.command("preflight", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.option("--baseline", required=True, type=click.Path(dir_okay=False), help="Baseline kernel file.")
+@click.option("--ref", "reference", required=True, type=click.Path(dir_okay=False), help="Reference file.")
+@click.option("--dims", "dims_json", default=None, help="Dims as JSON.")
+@click.option("--backend", default=None, help="Backend name (default: detected from the file).")
+@click.option("--arch", default=None, help="Target architecture for the build check (default: the GPU's).")
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[--NAME=VALUE]...")
+def preflight_cmd(baseline, reference, dims_json, backend, arch, extra) -> int:
+    """The static contract: the kernel parses and builds, the reference imports and fits, every dim is
+    given. No GPU needed. Exit 4 with the reasons."""
+    from kopt_core.dims import parse_dims
+    from kopt_core.steps.bench import check_static
+
+    outcome = check_static(_plugin_manager(), baseline, reference, parse_dims(dims_json, extra), backend=backend,
+                           arch=arch, on_warning=render.warning)
+    click.echo(f"preflight passed: {outcome}")
+    return 0
+
+
+@cli.command("seed")
+@click.option("--state", "state_path", required=True, type=click.Path(), help="The run's state.json (or folder).")
+def seed_cmd(state_path) -> int:
+    """Validate, time and profile the baseline into baseline/; stop the run (stop.json) if it fails."""
+    from kopt_core.run.seed import seed_baseline
+
+    state = seed_baseline(_plugin_manager(), _store(state_path))
+    click.echo(f"seeded: baseline {state.best_metric_ms:.4f} ms")
+    return 0
+
+
+@cli.group("iter")
+def iter_group() -> None:
+    """Steps of one iteration."""
+
+
+@iter_group.command("open")
+@click.option("--state", "state_path", required=True, type=click.Path(), help="The run's state.json (or folder).")
+@click.option("--iter", "iteration", required=True, type=click.IntRange(1, None), help="Iteration number.")
+def iter_open_cmd(state_path, iteration) -> int:
+    """Recheck the hardware, profile the best kernel into staging, publish iterv{i}/ when complete."""
+    from kopt_core.run.iteration import open_iteration
+
+    click.echo(str(open_iteration(_plugin_manager(), _store(state_path), iteration)))
+    return 0
+
+
 def main() -> None:
     cli.main()

@@ -114,3 +114,76 @@ def profile_report(outcome) -> None:
         table.add_row("unknown", ", ".join(top.unknown))
     table.add_row("written", str(outcome.out_dir))
     out.print(table)
+
+
+def gate_report(env) -> None:
+    """The hardware gate's findings (an ``Env``): verdict, GPU, context, counters, tools, backend, ceilings."""
+    from rich.markup import escape
+
+    table = Table(title=f"kopt gate: {env.backend}", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    if env.generation_allowed:
+        verdict = "[green]generation allowed[/]"
+    elif env.diagnostic:
+        verdict = "[yellow]diagnostic: generation never authorised[/]"
+    else:
+        verdict = "[red]generation refused[/]"
+    table.add_row("verdict", f"{verdict} ({env.attempts} attempt(s))")
+    gpu = env.gpu or {}
+    if gpu:
+        parts = [str(gpu.get("name", "?"))]
+        if gpu.get("capability"):
+            parts.append(f"sm {gpu['capability']}")
+        if gpu.get("sm_count"):
+            parts.append(f"{gpu['sm_count']} SMs")
+        if gpu.get("memory_bytes"):
+            parts.append(f"{gpu['memory_bytes'] / (1 << 30):.0f} GiB")
+        elif gpu.get("memory_mib"):
+            parts.append(f"{gpu['memory_mib'] / 1024:.0f} GiB")
+        if gpu.get("driver"):
+            parts.append(f"driver {gpu['driver']}")
+        table.add_row("gpu", escape(", ".join(parts)) + f" [dim]({escape(str(gpu.get('source', '')))})[/]")
+    else:
+        table.add_row("gpu", "[red]none[/]")
+    table.add_row("cuda context", "[green]yes[/]" if env.cuda_context else "[red]no[/]")
+    table.add_row("ncu counters", "[green]readable[/]" if env.can_read_counters else "[red]not readable[/]")
+    for tool in env.tools:
+        if tool.path:
+            table.add_row(tool.name, escape(tool.path + (f"  ({tool.version})" if tool.version else "")))
+        else:
+            table.add_row(tool.name, "[red]not found[/] [dim](looked in: " + escape(", ".join(tool.searched)) + ")[/]")
+    probe = env.backend_probe or {}
+    table.add_row(f"backend {env.backend}", "[green]available[/]" if probe.get("available")
+                  else "[red]unavailable[/] " + escape(str(probe.get("reason", ""))))
+    ceilings = env.ceilings
+    if ceilings:
+        rates = ", ".join(f"{name} {rate / 1e12:.1f}" for name, rate in (ceilings.get("flops_per_s") or {}).items())
+        table.add_row("ceilings", f"{ceilings.get('bandwidth_bytes_per_s', 0) / 1e12:.2f} TB/s; TFLOP/s: {rates}")
+    else:
+        table.add_row("ceilings", "[dim]not measured[/]")
+    for problem in env.problems:
+        table.add_row("problem", "[red]" + escape(problem) + "[/]")
+    out.print(table)
+
+
+def status_report(info: dict) -> None:
+    from kopt_core.run.summary import fmt_ms
+
+    table = Table(title=f"kopt status: {info['run_dir']}", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    colour = {"stopped": "red", "completed": "green"}.get(info["run_status"], "cyan")
+    table.add_row("status", f"[{colour}]{info['run_status']}[/]")
+    if info["stop"]:
+        stop = info["stop"]
+        table.add_row("stopped", f"stage {stop['stage']}, exit {stop['exit_code']}: {stop['reason']}")
+    table.add_row("iterations", f"{info['iterations_done']} done of {info['iterations_total']}, "
+                                f"{info['verified_iterations']} verified")
+    speedup = f" ({info['speedup']:.3f}x)" if info["speedup"] else ""
+    table.add_row("best", f"{fmt_ms(info['best_ms'])} vs baseline {fmt_ms(info['baseline_ms'])}{speedup}")
+    table.add_row("folders", " ".join(info["iteration_dirs"] + info["staging_dirs"]) or "-")
+    lock = info["lock"]
+    table.add_row("lock", f"held by pid {lock.get('pid')} ({lock.get('step')}, since {lock.get('started_at')})"
+                  if lock else "free")
+    out.print(table)

@@ -64,9 +64,11 @@ def prepare(
     build_dir: str | Path | None = None,
     on_warning=None,
     purpose: str = "check and time it",
+    require_gpu: bool = True,
 ) -> Prepared:
     """Static checks, toolchain, build, GPU: everything before a worker runs. Raises KoptError (exit 4
-    for what the user must fix in their files, 3 for the machine)."""
+    for what the user must fix in their files, 3 for the machine). ``require_gpu=False`` stops after the
+    build (the static contract, which needs no GPU)."""
     path = Path(kernel)
     if not path.is_file():
         raise ConfigError(f"kernel file {path} does not exist", hint="pass the path of your .cu or .py kernel")
@@ -90,13 +92,22 @@ def prepare(
             artifact = build(pm, candidate, Path(scratch), arch)
     else:
         artifact = build(pm, candidate, Path(build_dir), arch)
-    if info.needs_gpu and not gpus:
+    if info.needs_gpu and not gpus and require_gpu:
         raise HardwareError(
             f"no GPU: {no_gpu}. {path.name} passed its contract checks and builds for {arch}; run kopt "
             f"on a machine with an NVIDIA GPU to {purpose}"
         )
     return Prepared(backend=info, reference=ref, reference_path=str(Path(reference).resolve()),
                     candidate=candidate, artifact=artifact, dims=dict(dims))
+
+
+def check_static(pm, kernel, reference, dims: dict, *, backend=None, arch=None, on_warning=None) -> str:
+    """``kopt preflight``: the contract holds and the kernel builds. Returns what was checked, in words."""
+    prepared = prepare(pm, kernel, reference, dims, backend=backend, arch=arch, on_warning=on_warning,
+                       require_gpu=False)
+    artifact = prepared.artifact
+    return (f"{prepared.candidate.path} ({prepared.backend.name}): contract holds with "
+            f"{', '.join(f'{k}={v}' for k, v in dims.items())}; built for {artifact.arch or 'its target'}")
 
 
 def run_bench(pm, prepared: Prepared, options: BenchOptions) -> BenchResult:

@@ -29,7 +29,7 @@ from kopt_core.ncu import runner
 from kopt_core.ncu.metrics import load_registry, resolve
 from kopt_core.ncu.parse import attach_findings, parse_details_csv, parse_raw_csv
 from kopt_core.reference import ReferenceModule
-from kopt_core.records import BenchOptions, BenchRequest, ProfileLaunch, ProfileReport, from_data, to_data
+from kopt_core.records import BenchOptions, BenchRequest, BenchResult, ProfileLaunch, ProfileReport, from_data, to_data
 from kopt_core.roofline.ceilings import DEFAULT_CEILINGS
 from kopt_core.roofline.gaps import build_ncu_top, compute_roofline, metric_values
 from kopt_core.roofline.plot import plot_roofline
@@ -132,10 +132,13 @@ def profile_prepared(
     force_bundle: str | None = None,
     ncu_timeout_s: float = 600.0,
     full_timeout_s: float | None = None,
+    bench: BenchResult | None = None,
 ) -> ProfileOutcome:
+    """Profile a prepared kernel. ``bench`` is a BenchResult of it, if one was just measured (the seed
+    step has one); otherwise a short check and timing runs first."""
     out_dir = Path(out_dir)
     started = time.perf_counter()
-    bench = run_bench(pm, prepared, QUICK)
+    bench = bench or run_bench(pm, prepared, QUICK)
     if not (bench.status == "ok" and bench.correctness_pass and bench.timing_valid):
         raise ValidationError(f"{prepared.candidate.path} failed validation, so it is not profiled: {bench.error}")
     harness_ms = bench.kernel_timing.median_ms

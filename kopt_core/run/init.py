@@ -1,0 +1,121 @@
+"""``kopt init``: the seed's Step 1. Check everything that needs no GPU, then create the run folder.
+
+Order: the static contract (backend, reference, preflight), env.json, the options; only then the folder.
+A ConfigError before the folder exists leaves nothing behind; a failure while creating it removes the
+half-made folder. The run starts with ``baseline/`` (the copied baseline), ``env.json`` and ``state.json``
+only: iteration folders appear later, after their gates pass.
+"""
+
+from __future__ import annotations
+
+import shutil
+from datetime import datetime
+from pathlib import Path
+
+from kopt_core.backends import BackendRegistry
+from kopt_core.errors import ConfigError
+from kopt_core.records import Candidate
+from kopt_core.records.converter import to_data
+from kopt_core.records.state import State
+from kopt_core.reference import load_reference
+from kopt_core.run.layout import baseline_dir, new_run_dir
+from kopt_core.run.store import RunStore, read_env
+from kopt_core.steps.bench import preflight
+
+NUMERICS_MODES = ("reference", "strict", "approximate")
+
+
+def _positive(name: str, value, flag: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}", hint=f"pass {flag} 1 or more")
+    return value
+
+
+def normalize_compile_jobs(value) -> str:
+    """``auto`` or a positive integer, kept as a string (state.json's compile_jobs)."""
+    text = str(value).strip().lower()
+    if text == "auto":
+        return "auto"
+    if isinstance(value, bool) or not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"--compile-jobs must be 'auto' or a positive integer, got {value!r}")
+    return str(int(text))
+
+
+def init_run(
+    pm,
+    *,
+    baseline: str | Path,
+    ref: str | Path,
+    dims: dict,
+    env_path: str | Path,
+    iterations: int = 3,
+    ncu_num: int = 5,
+    branches: int = 4,
+    compile_jobs: str | int = "auto",
+    numerics_mode: str = "reference",
+    backend: str | None = None,
+    now: datetime | None = None,
+    on_warning=None,
+) -> RunStore:
+    """Check the baseline, reference, dims, env.json and options, then create the run folder. Raises
+    ConfigError (exit 4) for anything the user must fix; nothing is created in that case."""
+    # 1. the static contract: no GPU, no build
+    path = Path(baseline)
+    if not path.is_file():
+        raise ConfigError(f"baseline file {path} does not exist", hint="pass the path of your .cu or .py kernel")
+    registry = BackendRegistry.from_plugins(pm)
+    info = registry.get(backend) if backend else registry.detect(path)
+    reference = load_reference(ref)
+    candidate = Candidate(path=str(path.resolve()), backend=info.name, name=path.stem)
+    report = preflight(pm, candidate, dict(dims), reference)
+    if on_warning:
+        for warning in report.warnings:
+            on_warning(warning)
+
+    # 2. the hardware gate's verdict
+    env = read_env(env_path)
+    if env.backend and env.backend != info.name and on_warning:
+        on_warning(f"env.json was written for the {env.backend} backend, the baseline uses {info.name}")
+    if not env.generation_allowed and on_warning:
+        on_warning("env.json does not allow generation (the hardware gate failed or was diagnostic): the run "
+                   "will stop before its first benchmark; rerun `kopt gate` on a machine that passes")
+
+    # 3. the options
+    iterations = _positive("iterations", iterations, "--iterations")
+    ncu_num = _positive("ncu_num", ncu_num, "--ncu-num")
+    branches = _positive("branches", branches, "--branches")
+    if numerics_mode not in NUMERICS_MODES:
+        raise ConfigError(f"--numerics-mode must be one of {', '.join(NUMERICS_MODES)}, got {numerics_mode!r}")
+    jobs = normalize_compile_jobs(compile_jobs)
+
+    # 4. the folder: baseline/ + env.json + state.json, or nothing at all
+    run_dir = new_run_dir(path, now=now)
+    try:
+        store = RunStore(run_dir)
+        copy_dir = baseline_dir(store.run_dir)
+        copy_dir.mkdir()
+        copy = copy_dir / path.name
+        shutil.copy2(path, copy)
+        store.copy_env(env_path)
+        state = State(
+            run_dir=str(store.run_dir),
+            baseline_file=str(path.resolve()),
+            ref_file=str(Path(ref).resolve()),
+            best_file=str(copy),
+            dims=dict(dims),
+            backend=info.name,
+            env=to_data(env),
+            iterations_total=iterations,
+            ncu_num=ncu_num,
+            branches=branches,
+            compile_jobs=jobs,
+            numerics_mode=numerics_mode,
+            run_status="initialized",
+            generation_allowed=env.generation_allowed,
+            hardware_attempts=env.attempts,
+        )
+        store.save(state)
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    return store

@@ -1,0 +1,86 @@
+"""``kopt iter open``: recheck the hardware, profile the current best into a staging folder, and publish
+``iterv{i}/`` (best_input.ncu-rep, ncu_top.json, roofline.json) only when that profile is complete, not
+degraded, and has at least one parsed metric. Nothing of the iteration exists before then.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from kopt_core.errors import ConfigError, HardwareError, KoptError
+from kopt_core.hardware import detect_gpus
+from kopt_core.jsonio import read_json
+from kopt_core.ncu.runner import find_ncu
+from kopt_core.records import to_data
+from kopt_core.records.state import State
+from kopt_core.run.layout import iteration_dir, publish, staging_dir
+from kopt_core.run.seed import ceilings_of, stop_on_failure
+from kopt_core.run.store import RunStore
+from kopt_core.run.summary import render_summary
+from kopt_core.steps.bench import prepare
+from kopt_core.steps.profile import profile_prepared
+
+
+def recheck_hardware() -> None:
+    """The cheap half of the gate, before each iteration: the GPU is still there and so is ncu."""
+    gpus, reason = detect_gpus()
+    if not gpus:
+        raise HardwareError(f"no NVIDIA GPU: {reason}")
+    if find_ncu() is None:
+        raise HardwareError("ncu (Nsight Compute) is no longer found")
+
+
+def _first_bundle(state: State) -> str | None:
+    """The metric bundle of the run's first profile: every later profile uses the same one, so that
+    baseline and champion numbers stay comparable."""
+    summary = Path(state.run_dir) / "baseline" / "profile.json"
+    return read_json(summary).get("bundle") if summary.is_file() else None
+
+
+def _degraded(outcome) -> str | None:
+    report = outcome.report
+    if not report.kernels:
+        return "the report has no kernel"
+    if not any(m.value is not None for m in report.aggregate.metrics.values()):
+        return "the report has no parsed metric"
+    for attempt in outcome.summary.get("attempts", [])[-1:]:
+        log = Path(attempt["log"])
+        if log.is_file() and "==ERROR==" in log.read_text(errors="replace"):
+            return f"ncu reported errors (see {log})"
+    return None
+
+
+def open_iteration(pm, store: RunStore, iteration: int) -> Path:
+    with store.locked("iter_open"):
+        state = store.load()
+        final = iteration_dir(state.run_dir, iteration)
+        if final.is_dir():
+            return final  # opened already: running the step again changes nothing
+        if state.run_status not in ("seeded", "running"):
+            raise ConfigError(f"{store.run_dir} is {state.run_status}: seed the baseline first (kopt seed)")
+        expected = state.verified_iterations + 1
+        if iteration != expected or iteration > state.iterations_total:
+            raise ConfigError(f"iteration {iteration} cannot open: the next is {expected} of "
+                              f"{state.iterations_total}")
+        staging = staging_dir(state.run_dir, iteration)
+        shutil.rmtree(staging, ignore_errors=True)  # a killed earlier attempt left it
+        try:
+            recheck_hardware()
+            prepared = prepare(pm, state.best_file, state.ref_file, dict(state.dims), backend=state.backend,
+                               purpose="open an iteration")
+            outcome = profile_prepared(pm, prepared, staging, name="best_input", ncu_num=state.ncu_num,
+                                       ceilings=ceilings_of(state), force_bundle=_first_bundle(state))
+            problem = _degraded(outcome)
+            if problem:
+                raise HardwareError(f"the profile of the best kernel is degraded: {problem}")
+        except KoptError as error:
+            shutil.rmtree(staging, ignore_errors=True)
+            stop_on_failure(store, "iter_open", error, iteration=iteration)
+        publish(staging, final)
+        store.update(
+            run_status="running",
+            roofline_history=(*state.roofline_history, {"iteration": iteration, **to_data(outcome.roofline)}),
+        )
+        render_summary(store)
+        return final

@@ -1,0 +1,72 @@
+"""``kopt seed``: the baseline must pass compile, contract, multi-seed correctness, stable positive kernel
+and reference timing, and an ncu profile with parsed metrics before iteration 1 may open. Its evidence
+goes under ``baseline/``. Any failure writes stop.json, marks the run stopped, renders a stopped
+summary.md and leaves no ``iterv1/``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kopt_core.errors import EXIT_CONFIG, EXIT_HARDWARE, ConfigError, HardwareError, KoptError, ValidationError
+from kopt_core.jsonio import write_json
+from kopt_core.records import BenchOptions, to_data
+from kopt_core.records.state import State
+from kopt_core.run.store import RunStore
+from kopt_core.run.summary import render_summary
+from kopt_core.steps.bench import exit_code, prepare, run_bench
+from kopt_core.steps.profile import load_ceilings, profile_prepared
+
+
+def stop_on_failure(store: RunStore, stage: str, error: KoptError, iteration: int | None = None) -> None:
+    """Record a failed step the seed's way (stop.json, run_status=stopped, summary.md) and re-raise."""
+    store.write_stop(stage, str(error), error.exit_code, iteration=iteration)
+    raise error
+
+
+def ceilings_of(state: State):
+    """The ceilings the gate measured (env.json), else MEASUREMENT.md's."""
+    measured = (state.env or {}).get("ceilings")
+    if measured:
+        from kopt_core.records import from_data
+        from kopt_core.roofline.records import Ceilings
+
+        return from_data(measured, Ceilings)
+    return load_ceilings(None)
+
+
+def seed_baseline(pm, store: RunStore, *, options: BenchOptions | None = None) -> State:
+    with store.locked("seed"):
+        state = store.load()
+        if state.run_status != "initialized":
+            if state.run_status == "stopped":
+                raise ValidationError(f"{store.run_dir} is stopped ({state.stop_stage}: {state.stop_reason})")
+            return state  # seeded already: running the step again changes nothing
+        baseline_dir = Path(state.run_dir) / "baseline"
+        try:
+            if not state.generation_allowed:
+                raise HardwareError("the hardware gate did not allow generation (env.json); run `kopt gate` again")
+            prepared = prepare(pm, state.best_file, state.ref_file, dict(state.dims), backend=state.backend,
+                               purpose="seed the run")
+            bench = run_bench(pm, prepared, options or BenchOptions())
+            write_json(baseline_dir / "bench.json", to_data(bench))
+            code = exit_code(bench)
+            if code != 0:
+                kind = {EXIT_CONFIG: ConfigError, EXIT_HARDWARE: HardwareError}.get(code, ValidationError)
+                raise kind(f"the baseline failed ({bench.error_stage}): {bench.error}")
+            if bench.reference_timing is None or not bench.reference_timing.median_ms > 0:
+                raise ValidationError("the reference has no stable positive timing")
+            outcome = profile_prepared(pm, prepared, baseline_dir, name="baseline", ncu_num=state.ncu_num,
+                                       ceilings=ceilings_of(state), bench=bench)
+            if not any(m.value is not None for m in outcome.report.aggregate.metrics.values()):
+                raise HardwareError("the baseline's ncu report has no parsed metric")
+        except KoptError as error:
+            stop_on_failure(store, "seed", error)
+        state = store.update(
+            best_metric_ms=bench.kernel_timing.median_ms,
+            best_ncu_rep=str(baseline_dir / "baseline.ncu-rep"),
+            run_status="seeded",
+            roofline_history=(*state.roofline_history, {"iteration": 0, **to_data(outcome.roofline)}),
+        )
+        render_summary(store)
+        return state

@@ -1,0 +1,267 @@
+"""``RunStore``: the one place a run's state.json, stop.json and env.json are read and written.
+
+Every write is atomic (kopt_core.jsonio): a step killed mid-write leaves the previous document whole.
+Older state.json schema versions are brought up to date through kopt_core.records.converter.migrate
+with the migrations registered here. One kopt at a time works on a run: ``with store.locked(step):``
+takes an exclusive, non-blocking flock on ``<run_dir>/.kopt.lock``; a second one gets ``RunLocked``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
+
+import attrs
+
+from kopt_core.errors import ConfigError
+from kopt_core.jsonio import dumps, write_json, write_text_atomic
+from kopt_core.records.converter import MIGRATIONS, from_data, migrate, to_data
+from kopt_core.records.state import ENV_SCHEMA_VERSION, STATE_SCHEMA_VERSION, Env, State, Stop
+
+STATE_FILE = "state.json"
+STOP_FILE = "stop.json"
+ENV_FILE = "env.json"
+LOCK_FILE = ".kopt.lock"
+SUMMARY_FILE = "summary.md"
+
+# The fields schema v5 added to state.json (the seed: "Schema v5 also records ...").
+V5_FIELDS = ("run_status", "generation_allowed", "stop_reason", "stop_stage", "hardware_attempts",
+             "verified_iterations", "last_verified_iter")
+
+GATE_HINT = "run `kopt gate --out env.json` first and pass its env.json with --env"
+
+
+class RunLocked(ConfigError):
+    """Another kopt holds this run's lock. Two kopts on one run is a usage problem: exit 4."""
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# ----------------------------------------------------------------------------------------------- migrations
+
+def _backend_from_v4(data: dict) -> str:
+    """v4 (the seed's example state) has no top-level backend: the gate's env.json names it; else the
+    baseline's suffix does (the seed: .cu is CUDA/CUTLASS, .py is Triton)."""
+    env = data.get("env") if isinstance(data.get("env"), dict) else {}
+    if env.get("backend"):
+        return str(env["backend"])
+    suffix = Path(str(data.get("baseline_file") or data.get("best_file") or "")).suffix
+    return {".cu": "cuda", ".py": "triton"}.get(suffix, "unknown")
+
+
+def _history_v4(entry: dict) -> dict:
+    """A v4 history record in v5's shape: the iteration under ``iteration`` (v4 scripts also wrote ``iter``),
+    a kernel and a time always present (possibly empty / unknown)."""
+    entry = dict(entry)
+    if "iteration" not in entry and "iter" in entry:
+        entry["iteration"] = entry.pop("iter")
+    entry.setdefault("kernel", "")
+    if "best_ms" not in entry:
+        entry["best_ms"] = next((entry[k] for k in ("new_ms", "ms", "average_ms") if k in entry), None)
+    entry["verified"] = entry.get("verified") is True
+    return entry
+
+
+def state_v4_to_v5(data: dict) -> dict:
+    """v4 -> v5: derive the fields v5 added from what v4 recorded.
+
+    run_status: "seeded" when best_metric_ms is set, else "initialized" (v4 had no stop record).
+    generation_allowed: env.generation_allowed if present, else False (no evidence, no generation).
+    hardware_attempts: env.attempts, else 0. verified_iterations / last_verified_iter: the history
+    entries whose ``verified`` is true (only a literal true counts).
+    """
+    env = data.get("env") if isinstance(data.get("env"), dict) else {}
+    history = [_history_v4(e) for e in data.get("history") or [] if isinstance(e, dict)]
+    verified = [int(e["iteration"]) for e in history if e["verified"] and e.get("iteration") is not None]
+    data["history"] = history
+    data.setdefault("backend", _backend_from_v4(data))
+    data.setdefault("run_status", "seeded" if data.get("best_metric_ms") is not None else "initialized")
+    data.setdefault("generation_allowed", env.get("generation_allowed") is True)
+    data.setdefault("stop_reason", None)
+    data.setdefault("stop_stage", None)
+    attempts = env.get("attempts")
+    data.setdefault("hardware_attempts", attempts if isinstance(attempts, int) and not isinstance(attempts, bool)
+                    else 0)
+    data.setdefault("verified_iterations", len(verified))
+    data.setdefault("last_verified_iter", max(verified) if verified else None)
+    return data
+
+
+# No v3 -> v4 migration: the seed documents no v3 state.json, so no field mapping can be justified.
+MIGRATIONS.setdefault("state", {})[4] = state_v4_to_v5
+
+
+def _state_version(data: dict) -> int:
+    """The document's schema_version. The seed's example state.json carries none: without one, a document
+    that has every v5 field is v5, otherwise it is the seed's pre-v5 (v4) shape."""
+    if "schema_version" in data:
+        return int(data["schema_version"])
+    return STATE_SCHEMA_VERSION if all(k in data for k in V5_FIELDS) else 4
+
+
+# ------------------------------------------------------------------------------------------------- env.json
+
+def read_env(path: str | os.PathLike) -> Env:
+    """An env.json written by the hardware gate. Missing or unreadable: a ConfigError saying to run the gate."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"env.json {path} does not exist", hint=GATE_HINT)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        data = migrate("env", data, ENV_SCHEMA_VERSION)
+        return from_data(data, Env)
+    except Exception as exc:
+        raise ConfigError(f"env.json {path} is unreadable: {type(exc).__name__}: {exc}", hint=GATE_HINT) from None
+
+
+# ------------------------------------------------------------------------------------------------ the store
+
+class RunStore:
+    def __init__(self, run_dir: str | os.PathLike):
+        self.run_dir = Path(run_dir).resolve()
+
+    def __repr__(self) -> str:
+        return f"RunStore({str(self.run_dir)!r})"
+
+    @property
+    def state_path(self) -> Path:
+        return self.run_dir / STATE_FILE
+
+    @property
+    def stop_path(self) -> Path:
+        return self.run_dir / STOP_FILE
+
+    @property
+    def env_path(self) -> Path:
+        return self.run_dir / ENV_FILE
+
+    @property
+    def lock_path(self) -> Path:
+        return self.run_dir / LOCK_FILE
+
+    @property
+    def summary_path(self) -> Path:
+        return self.run_dir / SUMMARY_FILE
+
+    # state.json
+    def load(self) -> State:
+        path = self.state_path
+        if not path.is_file():
+            raise ConfigError(f"{self.run_dir} is not a kopt run: it has no {STATE_FILE}",
+                              hint="create a run with `kopt init`")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            data["schema_version"] = _state_version(data)
+            data = migrate("state", data, STATE_SCHEMA_VERSION)
+            return from_data(data, State)
+        except Exception as exc:
+            raise ConfigError(f"{path} is unreadable: {type(exc).__name__}: {exc}") from None
+
+    def save(self, state: State) -> Path:
+        return write_json(self.state_path, to_data(state))
+
+    def update(self, **changes) -> State:
+        state = attrs.evolve(self.load(), **changes)
+        self.save(state)
+        return state
+
+    # env.json
+    def load_env(self) -> Env | None:
+        return read_env(self.env_path) if self.env_path.is_file() else None
+
+    def save_env(self, env: Env) -> Path:
+        return write_json(self.env_path, to_data(env))
+
+    def copy_env(self, source: str | os.PathLike) -> Path:
+        """The gate's env.json, byte for byte (fields a newer gate added survive), after checking it reads."""
+        read_env(source)
+        return write_text_atomic(self.env_path, Path(source).read_text(encoding="utf-8"))
+
+    # stop.json
+    def load_stop(self) -> Stop | None:
+        if not self.stop_path.is_file():
+            return None
+        try:
+            data = migrate("stop", json.loads(self.stop_path.read_text(encoding="utf-8")), 1)
+            return from_data(data, Stop)
+        except Exception as exc:
+            raise ConfigError(f"{self.stop_path} is unreadable: {type(exc).__name__}: {exc}") from None
+
+    def write_stop(self, stage: str, reason: str, exit_code: int, iteration: int | None = None) -> Stop:
+        """Stop the run: stop.json first (a stopped state always has its stop.json), then state.json
+        (run_status "stopped", stop_reason, stop_stage), each atomically; then the stopped summary.md."""
+        from kopt_core.run.summary import render_summary
+
+        stop = Stop(stage=stage, reason=reason, exit_code=int(exit_code), iteration=iteration, created_at=now_iso())
+        write_json(self.stop_path, to_data(stop))
+        self.update(run_status="stopped", stop_reason=reason, stop_stage=stage)
+        render_summary(self)
+        return stop
+
+    # the lock
+    def lock_holder(self) -> dict | None:
+        """Who holds the run's lock ({pid, step, started_at}), or None when nobody does."""
+        try:
+            fd = os.open(self.lock_path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return _read_holder(fd)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+
+    @contextmanager
+    def locked(self, step: str) -> Iterator[dict]:
+        """Hold the run's exclusive lock for ``step``; raise RunLocked (naming the holder) if another has it."""
+        if not self.run_dir.is_dir():
+            raise ConfigError(f"run folder {self.run_dir} does not exist")
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_holder(fd) or {}
+                pid = holder.get("pid", "unknown")
+                held_step = holder.get("step", "unknown")
+                since = holder.get("started_at", "")
+                raise RunLocked(
+                    f"run {self.run_dir} is locked by pid {pid} (step {held_step}"
+                    + (f", since {since}" if since else "") + ")",
+                    hint="wait for that kopt to finish; if no such process runs, the lock frees itself",
+                ) from None
+            holder = {"pid": os.getpid(), "step": step, "started_at": now_iso(), "started_unix": time.time()}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, dumps(holder).encode(), 0)
+            try:
+                yield holder
+            finally:
+                os.ftruncate(fd, 0)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
+def _read_holder(fd: int) -> dict | None:
+    try:
+        text = os.pread(fd, 4096, 0).decode("utf-8", errors="replace")
+        holder = json.loads(text) if text.strip() else None
+    except (OSError, ValueError):
+        return None
+    return holder if isinstance(holder, dict) else None

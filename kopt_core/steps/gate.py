@@ -1,0 +1,407 @@
+"""``kopt gate``: the seed's Step 0, the strict hardware gate, written to env.json.
+
+No evidence, no generation. The gate authorises generation only when every required check passed:
+
+* the tools the backend needs are found (cuda / cutlass: nvcc, cuobjdump and ncu; triton and others: ncu,
+  with Triton's own cuobjdump taken from its backend probe); compute-sanitizer is recorded, never required;
+* nvidia-smi lists an NVIDIA GPU, and a CUDA context can be created and a kernel run on it (in a
+  subprocess: the gate's own process never initialises CUDA);
+* the backend's dependencies resolve (``BackendRegistry.probe``);
+* ncu reads real counters: it profiles one small torch kernel and at least one metric must parse to a
+  number (ERR_NVGPUCTRPERM is named, with its fix);
+* the device ceilings are measured (``python -m kopt_core.roofline.ceilings``), unless the caller skips it.
+
+Discovery (tools, GPU, CUDA context, backend probe) is retried up to ``attempts`` times, stopping at the
+first attempt where all of it passes: retries exist for flaky discovery (a driver still loading, a slow
+mount). The counter check and the ceilings run once, after discovery; a kernel is never retried.
+``diagnostic`` runs everything and reports it, but never authorises generation. env.json is written on
+failure too: it is the evidence of why generation is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from attrs import field, frozen
+
+from kopt_core.backends import BackendRegistry
+from kopt_core.errors import ConfigError, HardwareError
+from kopt_core.hardware import detect_gpus
+from kopt_core.jsonio import read_json, write_json
+from kopt_core.ncu.parse import parse_raw_csv
+from kopt_core.records import ProbeResult, to_data
+from kopt_core.records.state import Env, ToolFound
+from kopt_core.tools import find_tool, tool_folders
+
+MAX_ATTEMPTS = 3
+TOOLS = ("nvcc", "cuobjdump", "ncu", "compute-sanitizer")
+REQUIRED_TOOLS = {"cuda": ("nvcc", "cuobjdump", "ncu"), "cutlass": ("nvcc", "cuobjdump", "ncu")}
+DEFAULT_REQUIRED_TOOLS = ("ncu",)
+TOOL_HINTS = {
+    "nvcc": "install the CUDA toolkit or set CUDA_HOME",
+    "cuobjdump": "it ships with the CUDA toolkit (package cuda-cuobjdump); install it or set CUDA_HOME",
+    "ncu": "install Nsight Compute or put ncu on PATH",
+    "compute-sanitizer": "it ships with the CUDA toolkit (package cuda-sanitizer)",
+}
+
+VERSION_TIMEOUT_S = 20.0
+CONTEXT_TIMEOUT_S = 120.0
+COUNTERS_TIMEOUT_S = 300.0
+CEILINGS_TIMEOUT_S = 600.0
+COUNTER_METRICS = ("gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed")
+MARKER = "KOPT_GATE "
+PERMISSION_ERROR = "ERR_NVGPUCTRPERM"
+PERMISSION_FIX = (
+    "run as root, or set the nvidia module option NVreg_RestrictProfilingToAdminUsers=0 (e.g. "
+    "'options nvidia NVreg_RestrictProfilingToAdminUsers=0' in /etc/modprobe.d/, then reload the driver or reboot)"
+)
+
+# Creates a CUDA context, runs a kernel whose result is checked, and prints what the device is.
+CONTEXT_SCRIPT = r"""
+import json, sys
+try:
+    import torch
+    torch.cuda.init()
+    index = torch.cuda.current_device()
+    x = torch.full((1 << 20,), 2.0, device="cuda", dtype=torch.float32)
+    total = float((x * 3.0).sum().item())
+    torch.cuda.synchronize()
+    if total != 6.0 * (1 << 20):
+        raise RuntimeError(f"a test kernel computed {total}, not {6.0 * (1 << 20)}")
+    props = torch.cuda.get_device_properties(index)
+    free, _ = torch.cuda.mem_get_info(index)
+    print("KOPT_GATE " + json.dumps({
+        "ok": True, "name": props.name, "capability": f"{props.major}.{props.minor}",
+        "sm_count": props.multi_processor_count, "memory_bytes": props.total_memory, "free_memory_bytes": free,
+        "device_index": index, "device_count": torch.cuda.device_count(), "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda or "",
+    }), flush=True)
+except BaseException as exc:
+    print("KOPT_GATE " + json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}), flush=True)
+    sys.exit(1)
+"""
+
+# One small kernel for ncu to profile.
+COUNTER_SCRIPT = (
+    "import torch\n"
+    "x = torch.ones(1 << 20, device='cuda')\n"
+    "y = x * 2.0\n"
+    "torch.cuda.synchronize()\n"
+    "print('KOPT_GATE kernel ran', flush=True)\n"
+)
+
+
+def required_tools(backend: str) -> tuple[str, ...]:
+    """The tools ``backend`` cannot work without (seed: ncu always; nvcc and cuobjdump for CUDA/CUTLASS)."""
+    return REQUIRED_TOOLS.get(backend, DEFAULT_REQUIRED_TOOLS)
+
+
+# ---------------------------------------------------------------------------------------------- running
+
+
+@frozen
+class _Ran:
+    returncode: int | None  # None: timed out, or could not start
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    error: str = ""  # why it could not start
+
+    def tail(self, lines: int = 8) -> str:
+        text = "\n".join(part for part in (self.stderr.strip(), self.stdout.strip()) if part)
+        return " | ".join(text.splitlines()[-lines:])[:1500]
+
+
+def _run(command: list[str], timeout_s: float) -> _Ran:
+    """``command`` in its own session; on timeout the whole process group (ncu's target too) is killed."""
+    try:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   errors="replace", start_new_session=True)
+    except OSError as exc:
+        return _Ran(returncode=None, error=f"{type(exc).__name__}: {exc}")
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+        return _Ran(returncode=process.returncode, stdout=stdout, stderr=stderr)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        stdout, stderr = process.communicate()
+        return _Ran(returncode=None, stdout=stdout or "", stderr=stderr or "", timed_out=True)
+
+
+def _marker_json(stdout: str) -> dict | None:
+    import json
+
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(MARKER):
+            try:
+                data = json.loads(line[len(MARKER):])
+            except ValueError:
+                return None
+            return data if isinstance(data, dict) else None
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ tools
+
+_VERSION_LINE = re.compile(r"(release|version)\s*v?\d", re.IGNORECASE)
+
+
+def tool_version(path: str) -> str:
+    """A one-line version of a tool from ``--version``: the first line that names a version or release
+    (nvcc, cuobjdump and ncu put it below a banner), else the first line; "" when it cannot be asked."""
+    ran = _run([path, "--version"], VERSION_TIMEOUT_S)
+    if ran.returncode != 0:
+        return ""
+    lines = [line.strip() for line in ran.stdout.splitlines() if line.strip()]
+    return next((line for line in lines if _VERSION_LINE.search(line)), lines[0] if lines else "")[:200]
+
+
+def _searched(tool: str) -> tuple[str, ...]:
+    return ("PATH", *tool_folders(tool))
+
+
+def find_tools(backend: str, probe: ProbeResult, versions: dict[str, str]) -> list[ToolFound]:
+    """Every tool the gate knows, found or not, with where it was looked for. For Triton, cuobjdump is
+    the one its backend probe names (the Triton wheel ships it); ``versions`` caches ``--version``."""
+    found = []
+    for name in TOOLS:
+        path = find_tool(name)
+        searched = _searched(name)
+        if name == "cuobjdump" and backend == "triton":
+            from_probe = (probe.details or {}).get("cuobjdump")
+            path = from_probe if isinstance(from_probe, str) and from_probe else path
+            searched = ("$TRITON_CUOBJDUMP_PATH", "the Triton wheel (triton/backends/nvidia/bin)", *searched)
+        version = ""
+        if path:
+            if path not in versions:
+                versions[path] = tool_version(path)
+            version = versions[path]
+        found.append(ToolFound(name=name, path=path, version=version, searched=searched))
+    return found
+
+
+def _tool_problem(tool: ToolFound) -> str:
+    where = ", ".join(tool.searched) or "PATH"
+    return f"{tool.name} not found (looked in: {where}); {TOOL_HINTS.get(tool.name, 'install it')}"
+
+
+# ------------------------------------------------------------------------------------- GPU and context
+
+
+def cuda_context(timeout_s: float = CONTEXT_TIMEOUT_S) -> tuple[dict | None, str]:
+    """(what the CUDA context reports, "") or (None, why no context could be created). In a subprocess."""
+    ran = _run([sys.executable, "-c", CONTEXT_SCRIPT], timeout_s)
+    if ran.error:
+        return None, f"CUDA context could not be created: the check could not start ({ran.error})"
+    if ran.timed_out:
+        return None, f"CUDA context could not be created: the check timed out after {timeout_s:g} s"
+    answer = _marker_json(ran.stdout)
+    if answer is not None and answer.get("ok") and ran.returncode == 0:
+        answer.pop("ok", None)
+        return answer, ""
+    why = answer.get("error") if answer else f"exit {ran.returncode}: {ran.tail()}"
+    if "not compiled with CUDA" in str(why):
+        why = f"{why} (this PyTorch is a CPU-only build: install a CUDA build of torch)"
+    elif "No module named 'torch'" in str(why):
+        why = f"{why} (PyTorch is not installed; the benchmark needs it)"
+    return None, f"CUDA context could not be created: {why}"
+
+
+def _gpu_data(gpus: list, context: dict | None) -> dict:
+    data: dict = {}
+    if gpus:
+        first = gpus[0]
+        data = {"name": first.name, "capability": first.capability, "driver": first.driver,
+                "memory_mib": first.memory_mib, "index": first.index, "count": len(gpus), "source": "nvidia-smi"}
+    if context:
+        data.update(context)
+        data["source"] = "cuda context" + (" and nvidia-smi" if gpus else "")
+    return data
+
+
+# ---------------------------------------------------------------------------------------------- counters
+
+
+def check_counters(ncu: str, timeout_s: float = COUNTERS_TIMEOUT_S) -> tuple[dict[str, float], str]:
+    """Profile one small torch kernel with ncu: ({metric: value} parsed, "") or ({}, why not)."""
+    command = [
+        ncu, "--clock-control", "none", "--metrics", ",".join(COUNTER_METRICS), "--csv", "--page", "raw",
+        "--target-processes", "all", sys.executable, "-c", COUNTER_SCRIPT,
+    ]
+    ran = _run(command, timeout_s)
+    if ran.error:
+        return {}, f"ncu could not be started ({ran.error})"
+    if PERMISSION_ERROR in ran.stdout or PERMISSION_ERROR in ran.stderr:
+        return {}, (f"ncu cannot read the GPU's performance counters: the driver forbids counters for this user "
+                    f"({PERMISSION_ERROR}); to fix: {PERMISSION_FIX}")
+    if ran.timed_out:
+        return {}, f"ncu did not finish profiling a small test kernel within {timeout_s:g} s"
+    try:
+        report = parse_raw_csv(ran.stdout, source="ncu's output for the gate's test kernel")
+    except HardwareError as exc:
+        return {}, f"ncu read no counters (exit {ran.returncode}): {exc.message}; ncu said: {ran.tail()}"
+    values = {
+        name: metric.value
+        for kernel in report.kernels
+        for name, metric in kernel.metrics.items()
+        if name in COUNTER_METRICS and metric.value is not None
+    }
+    if not values:
+        return {}, (f"ncu profiled the test kernel but no counter parsed to a number (exit {ran.returncode}); "
+                    f"ncu said: {ran.tail()}")
+    return values, ""
+
+
+# ---------------------------------------------------------------------------------------------- ceilings
+
+
+def measure_device_ceilings(timeout_s: float = CEILINGS_TIMEOUT_S) -> tuple[dict | None, str]:
+    """``python -m kopt_core.roofline.ceilings`` in a subprocess: (Ceilings as data, "") or (None, why)."""
+    with tempfile.TemporaryDirectory(prefix="kopt_gate_") as folder:
+        path = Path(folder) / "ceilings.json"
+        ran = _run([sys.executable, "-m", "kopt_core.roofline.ceilings", str(path)], timeout_s)
+        if ran.error:
+            return None, f"device ceilings could not be measured: {ran.error}"
+        if ran.timed_out:
+            return None, f"device ceilings could not be measured: timed out after {timeout_s:g} s"
+        if ran.returncode != 0 or not path.is_file():
+            return None, f"device ceilings could not be measured (exit {ran.returncode}): {ran.tail()}"
+        try:
+            data = read_json(path)
+        except (OSError, ValueError) as exc:
+            return None, f"device ceilings could not be read back: {exc}"
+    if not isinstance(data, dict):
+        return None, "device ceilings could not be read back: not a JSON object"
+    return data, ""
+
+
+# --------------------------------------------------------------------------------------------- discovery
+
+
+@frozen
+class Discovery:
+    """One attempt's findings: tools, GPUs, the CUDA context and the backend probe."""
+
+    tools: tuple[ToolFound, ...] = field(converter=tuple)
+    gpus: list
+    gpu_reason: str
+    context: dict | None
+    probe: ProbeResult
+    problems: tuple[str, ...] = field(converter=tuple)
+
+    def tool(self, name: str) -> ToolFound | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+
+def discover(pm, registry: BackendRegistry, backend: str, versions: dict[str, str]) -> Discovery:
+    """Tools, GPU, CUDA context and backend probe, each failure in words."""
+    problems: list[str] = []
+    gpus, gpu_reason = detect_gpus()
+    if not gpus:
+        problems.append(f"no NVIDIA GPU: {gpu_reason}")
+    context, context_problem = cuda_context()
+    if context_problem:
+        problems.append(context_problem)
+    findings = {
+        "tools": {name: find_tool(name) for name in TOOLS},
+        "gpus": [{"index": g.index, "name": g.name, "capability": g.capability} for g in gpus],
+        "cuda_context": context is not None,
+    }
+    probe = registry.probe(pm, backend, findings)
+    tools = find_tools(backend, probe, versions)
+    required = required_tools(backend)
+    for tool in tools:
+        if tool.name in required and not tool.path:
+            problems.append(_tool_problem(tool))
+    if not probe.available:
+        problems.append(f"backend {backend} is not usable here: {probe.reason or 'its probe says unavailable'}")
+    return Discovery(tools=tools, gpus=gpus, gpu_reason=gpu_reason, context=context, probe=probe,
+                     problems=problems)
+
+
+# -------------------------------------------------------------------------------------------------- gate
+
+
+def run_gate(
+    pm,
+    *,
+    backend: str,
+    attempts: int = MAX_ATTEMPTS,
+    diagnostic: bool = False,
+    measure: bool = True,
+    out: Path | None = None,
+    retry_delay_s: float = 1.0,
+    on_progress: Callable[[str], None] | None = None,
+) -> Env:
+    """The strict hardware gate (module docstring). Writes env.json to ``out`` (also when it refuses)
+    and returns the Env. Raises ConfigError only for a bad request (unknown backend, attempts out of range)."""
+    if not 1 <= attempts <= MAX_ATTEMPTS:
+        raise ConfigError(f"attempts must be between 1 and {MAX_ATTEMPTS}, not {attempts}")
+    registry = BackendRegistry.from_plugins(pm)
+    registry.get(backend)  # an unknown backend is the user's mistake (exit 4), not the machine's
+
+    def say(message: str) -> None:
+        if on_progress is not None:
+            on_progress(message)
+
+    versions: dict[str, str] = {}
+    attempt = 0
+    found: Discovery | None = None
+    for attempt in range(1, attempts + 1):
+        say(f"attempt {attempt}/{attempts}: looking for tools, the GPU, a CUDA context and the {backend} backend")
+        found = discover(pm, registry, backend, versions)
+        if not found.problems:
+            break
+        if attempt < attempts:
+            say(f"attempt {attempt} failed ({len(found.problems)} problem(s)); retrying discovery")
+            time.sleep(retry_delay_s)
+    assert found is not None
+
+    problems = list(found.problems)
+    ncu = found.tool("ncu")
+    counters: dict[str, float] = {}
+    if ncu is not None and ncu.path and found.context is not None:
+        say("profiling a small kernel with ncu to prove it reads counters")
+        counters, why = check_counters(ncu.path)
+        if why:
+            problems.append(why)
+    else:
+        missing = "ncu was not found" if ncu is None or not ncu.path else "no CUDA context could be created"
+        problems.append(f"ncu's counters were not checked: {missing}")
+
+    ceilings = None
+    if measure and not problems:
+        say("measuring the device ceilings (bandwidth and matmul throughput)")
+        ceilings, why = measure_device_ceilings()
+        if why:
+            problems.append(why)
+
+    env = Env(
+        backend=backend,
+        generation_allowed=not problems and not diagnostic,
+        diagnostic=diagnostic,
+        attempts=attempt,
+        gpu=_gpu_data(found.gpus, found.context),
+        cuda_context=found.context is not None,
+        can_read_counters=bool(counters),
+        tools=found.tools,
+        backend_probe=to_data(found.probe),
+        ceilings=ceilings,
+        problems=problems,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    if out is not None:
+        write_json(out, to_data(env))
+    return env
