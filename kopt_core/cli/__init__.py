@@ -6,13 +6,13 @@ reference or dims. Click's own usage errors are configuration errors (4), never 
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
 from kopt_core import __version__
 from kopt_core.errors import EXIT_CONFIG, KoptError
+from kopt_core.jsonio import dumps
 from kopt_core.cli import render
 
 
@@ -52,7 +52,7 @@ def plugins_cmd() -> int:
     """List loaded plugins (name, package version, hooks) as JSON."""
     from kopt_core.plugins import describe_plugins
 
-    click.echo(json.dumps(describe_plugins(_plugin_manager()), indent=2))
+    click.echo(dumps(describe_plugins(_plugin_manager())), nl=False)
     return 0
 
 
@@ -64,7 +64,7 @@ def backends_cmd(as_json: bool) -> int:
 
     rows = list_backends(_plugin_manager())
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(dumps(rows), nl=False)
     else:
         render.backends_table(rows)
     return 0
@@ -115,7 +115,7 @@ def bench_cmd(kernel, reference, dims_json, backend, arch, seeds, l2, mode, warm
     Dims follow as --NAME=VALUE (e.g. --M=4096 --N=4096 --K=4096) or --dims JSON.
     """
     from kopt_core.dims import parse_dims
-    from kopt_core.jsonio import dumps, write_json
+    from kopt_core.jsonio import write_json
     from kopt_core.records import BenchOptions, to_data
     from kopt_core.steps.bench import bench_kernel, exit_code
 
@@ -171,7 +171,6 @@ def profile_cmd(args, reference, import_path, dims_json, backend, arch, out_dir,
 
     from kopt_core.dims import parse_dims
     from kopt_core.errors import ConfigError
-    from kopt_core.jsonio import dumps
     from kopt_core.reference import load_reference
     from kopt_core.steps import profile as steps
     from kopt_core.steps.bench import prepare
@@ -233,7 +232,6 @@ def gate_cmd(out, backend, attempts, diagnostic, no_ceilings, as_json) -> int:
     from pathlib import Path
 
     from kopt_core.errors import EXIT_HARDWARE, EXIT_OK
-    from kopt_core.jsonio import dumps
     from kopt_core.records import to_data
     from kopt_core.steps.gate import run_gate
 
@@ -293,7 +291,6 @@ def init_cmd(baseline, reference, dims_json, env_path, iterations, ncu_num, bran
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def status_cmd(run_dir, as_json) -> int:
     """Where RUN stands: status, stop, iterations, best vs baseline, iteration folders, the lock."""
-    from kopt_core.jsonio import dumps
     from kopt_core.run.status import run_status
 
     info = run_status(run_dir)
