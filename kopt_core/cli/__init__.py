@@ -160,9 +160,14 @@ def bench_cmd(kernel, reference, dims_json, backend, arch, seeds, l2, mode, warm
 @click.option("--ceilings", type=click.Path(dir_okay=False), default=None,
               help="Device ceilings JSON (python -m kopt_core.roofline.ceilings); default: MEASUREMENT.md's H200.")
 @click.option("--json", "as_json", is_flag=True, help="Print profile.json on stdout.")
+@click.option("--state", "state_path", type=click.Path(), default=None,
+              help="Run form: the run's state.json; with --iter and --which, profile into iterv{i}/.")
+@click.option("--iter", "iteration", type=click.IntRange(1, None), default=None, help="Run form: iteration.")
+@click.option("--which", type=click.Choice(["best_input", "kernel"]), default=None,
+              help="Run form: the iteration's input (the current best) or its champion.")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[KERNEL] [--NAME=VALUE]...")
 def profile_cmd(args, reference, import_path, dims_json, backend, arch, out_dir, ncu_num, bundle, ncu_timeout_s,
-                full_timeout_s, ceilings, as_json) -> int:
+                full_timeout_s, ceilings, as_json, state_path, iteration, which) -> int:
     """Profile KERNEL with Nsight Compute and write ncu_top.json, roofline.json and a roofline plot.
 
     Or, with --import, do the same from an existing report or its CSV export.
@@ -175,6 +180,13 @@ def profile_cmd(args, reference, import_path, dims_json, backend, arch, out_dir,
     from kopt_core.steps import profile as steps
     from kopt_core.steps.bench import prepare
 
+    if state_path or iteration or which:
+        if not (state_path and iteration and which):
+            raise ConfigError("the run form needs all of --state, --iter and --which")
+        from kopt_core.run.iteration import profile_in_run
+
+        click.echo(str(profile_in_run(_plugin_manager(), _store(state_path), iteration, which)))
+        return 0
     # KERNEL is optional (--import needs none), so it is read from the free arguments: the first one that
     # is not an option; the rest are dims.
     kernel, extra = (args[0], args[1:]) if args and not args[0].startswith("--") else (None, args)

@@ -84,3 +84,32 @@ def open_iteration(pm, store: RunStore, iteration: int) -> Path:
         )
         render_summary(store)
         return final
+
+
+def profile_in_run(pm, store: RunStore, iteration: int, which: str) -> Path:
+    """``kopt profile --state S --iter I --which best_input|kernel``: profile the run's current best (the
+    input of iteration I) or iteration I's champion (``iterv{I}/kernel.<ext>``) into ``iterv{I}/``, with
+    the run's first metric bundle. Returns the report's path."""
+    if which not in ("best_input", "kernel"):
+        raise ConfigError(f"--which must be best_input or kernel, not {which!r}")
+    with store.locked(f"profile_{which}"):
+        state = store.load()
+        folder = iteration_dir(state.run_dir, iteration)
+        if not folder.is_dir():
+            raise ConfigError(f"{folder} does not exist: open the iteration first (kopt iter open --iter "
+                              f"{iteration})")
+        if which == "best_input":
+            kernel = Path(state.best_file)
+        else:
+            champions = sorted(folder.glob("kernel.*"))
+            if not champions:
+                raise ConfigError(f"{folder} has no champion kernel.<ext> yet: explore the branches first")
+            kernel = champions[0]
+        try:
+            prepared = prepare(pm, kernel, state.ref_file, dict(state.dims), backend=state.backend,
+                               purpose="profile it")
+            outcome = profile_prepared(pm, prepared, folder, name=which, ncu_num=state.ncu_num,
+                                       ceilings=ceilings_of(state), force_bundle=_first_bundle(state))
+        except KoptError as error:
+            stop_on_failure(store, f"profile_{which}", error, iteration=iteration)
+        return Path(outcome.summary["report"])

@@ -102,3 +102,17 @@ def test_cli_seed_exit_code_and_status(tmp_path, pm):
                             capture_output=True, text=True, timeout=60, env=env)
     info = json.loads(status.stdout)
     assert info["run_status"] == "stopped" and info["stop"]["exit_code"] == 2
+
+
+def test_run_form_of_profile_needs_an_open_iteration_and_a_champion(pm, tmp_path):
+    from kopt_core.run.iteration import profile_in_run
+
+    store = make_run(pm, tmp_path)
+    with pytest.raises(ConfigError, match="open the iteration first"):
+        profile_in_run(pm, store, 1, "best_input")
+    (store.run_dir / "iterv1").mkdir()
+    with pytest.raises(ConfigError, match="no champion"):
+        profile_in_run(pm, store, 1, "kernel")
+    with pytest.raises(ConfigError, match="best_input or kernel"):
+        profile_in_run(pm, store, 1, "branches")
+    assert not (store.run_dir / "stop.json").exists()  # a usage error does not stop the run
