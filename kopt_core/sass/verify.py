@@ -1,0 +1,399 @@
+"""Parse ``cuobjdump --dump-sass`` output and check it against ``references/sass_signatures.json``.
+
+Rules (see the schema ``references/schemas/v1/sass_signatures.schema.json``):
+  * a method marked ``not_applicable`` has no SASS footprint: status "not_applicable";
+  * otherwise its rule for the architecture is looked up as the exact arch ("sm_90a"), the arch without
+    the "a"/"f" suffix ("sm_90"), then "default"; no rule: "inconclusive" (never pass);
+  * ``any``: at least one regex matches some instruction; ``all``: every regex matches some instruction;
+    regexes are searched in the opcode mnemonic with its modifiers only ("HMMA.16816.F32"), so a kernel
+    named ``hmma_demo`` proves nothing;
+  * ``relative: present`` passes when the rule holds; ``more_than_baseline`` / ``fewer_than_baseline``
+    compare the number of matching instructions with a baseline listing (for ``all``, every regex's
+    count must compare so); no baseline, or an empty one: "inconclusive";
+  * an empty listing (no instructions parsed) is "inconclusive"; a missing or failing cuobjdump in
+    ``verify_file`` is "tool_error".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from attrs import field, frozen
+
+from kopt_core.errors import ConfigError, HardwareError
+from kopt_core.tools import find_tool
+
+SIGNATURES_FILE = "sass_signatures.json"
+SCHEMA_FILE = "schemas/v1/sass_signatures.schema.json"
+STATUSES = ("pass", "fail", "inconclusive", "not_applicable", "tool_error")
+RELATIVES = ("present", "more_than_baseline", "fewer_than_baseline")
+CUOBJDUMP_TIMEOUT_S = 120.0
+
+_FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
+_ARCH = re.compile(r"^\s*code for\s+(sm_\w+)")
+# /*0040*/   @!P0 HMMA.16816.F32 R4, R132.reuse, R136, R4 ;   /* 0x... */
+_INSTRUCTION = re.compile(
+    r"^\s*/\*[0-9a-fA-F]+\*/\s+"           # address
+    r"(?:\{\s*)?"                           # dual-issue brace of old listings
+    r"(?:@!?U?P(?:T|[0-9]+)\s+)?"           # predicate
+    r"([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)"  # mnemonic with modifiers
+)
+
+
+# --------------------------------------------------------------------------------------------- records
+
+
+@frozen
+class SassFunction:
+    name: str
+    arch: str = ""  # from the "code for sm_XX" line above it, when there is one
+    instructions: tuple[str, ...] = field(default=(), converter=tuple)  # mnemonics with modifiers
+
+
+@frozen
+class SassListing:
+    functions: tuple[SassFunction, ...] = field(default=(), converter=tuple)
+
+    @property
+    def instructions(self) -> tuple[str, ...]:
+        return tuple(op for function in self.functions for op in function.instructions)
+
+    def counts(self) -> Counter:
+        return Counter(self.instructions)
+
+    def function(self, name: str) -> SassFunction | None:
+        return next((f for f in self.functions if f.name == name), None)
+
+    @property
+    def empty(self) -> bool:
+        return not any(function.instructions for function in self.functions)
+
+
+@frozen
+class SassRule:
+    arch: str  # the key it was found under ("sm_90", "default")
+    mode: str  # any | all
+    patterns: tuple[str, ...] = field(converter=tuple)
+    relative: str = "present"
+
+    def describe(self) -> str:
+        joined = (" or " if self.mode == "any" else " and ").join(self.patterns)
+        what = f"an instruction matching {joined}" if self.mode == "any" or len(self.patterns) == 1 else \
+            f"instructions matching each of {joined}"
+        if self.relative == "present":
+            return f"[{self.arch}] {what}"
+        more = "more" if self.relative == "more_than_baseline" else "fewer"
+        return f"[{self.arch}] {more} instructions matching {joined} than the baseline"
+
+
+@frozen
+class Signature:
+    method: str
+    not_applicable: str | None = None
+    rules: dict = field(factory=dict)  # arch -> SassRule
+    note: str = ""
+
+    def rule_for(self, arch: str) -> SassRule | None:
+        for key in _arch_keys(arch):
+            if key in self.rules:
+                return self.rules[key]
+        return None
+
+
+@frozen
+class SignatureSet:
+    schema_version: int
+    signatures: dict  # method id -> Signature
+    source: str = ""
+
+    def get(self, method: str) -> Signature | None:
+        return self.signatures.get(method)
+
+
+@frozen
+class SassVerdict:
+    method: str
+    status: str  # pass | fail | inconclusive | not_applicable | tool_error
+    matched: tuple[tuple[str, int], ...] = field(default=(), converter=tuple)  # (mnemonic, count)
+    expected: str = ""
+    reason: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+
+class SassToolError(HardwareError):
+    """cuobjdump is missing or failed on a file."""
+
+
+# --------------------------------------------------------------------------------------------- parsing
+
+
+def parse_sass(text: str) -> SassListing:
+    """Functions and their instruction mnemonics (with modifiers) from ``cuobjdump --dump-sass`` output.
+    Predicates, addresses, operands, encodings and comments are dropped."""
+    functions: list[SassFunction] = []
+    name: str | None = None
+    arch = ""
+    current_arch = ""
+    ops: list[str] = []
+
+    def close() -> None:
+        if name is not None or ops:
+            functions.append(SassFunction(name=name if name is not None else "<unnamed>", arch=arch,
+                                          instructions=ops))
+
+    for line in text.splitlines():
+        match = _ARCH.match(line)
+        if match:
+            current_arch = match.group(1)
+            continue
+        match = _FUNCTION.match(line)
+        if match:
+            close()
+            name, arch, ops = match.group(1), current_arch, []
+            continue
+        match = _INSTRUCTION.match(line)
+        if match:
+            if name is None and not ops:
+                arch = current_arch
+            ops.append(match.group(1))
+    close()
+    return SassListing(functions=functions)
+
+
+# --------------------------------------------------------------------------------------------- loading
+
+
+def _references_dir() -> Path:
+    import kopt_core
+
+    return Path(kopt_core.__file__).resolve().parent / "references"
+
+
+def _packaged_text(relative: str) -> tuple[str, str]:
+    try:
+        from importlib.resources import files
+
+        resource = files("kopt_core.references").joinpath(relative)
+        if resource.is_file():
+            return resource.read_text(encoding="utf-8"), str(resource)
+    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError, TypeError):
+        pass
+    path = _references_dir() / relative
+    try:
+        return path.read_text(encoding="utf-8"), str(path)
+    except OSError as error:
+        raise ConfigError(f"kopt's packaged {relative} is missing: {error}",
+                          hint="reinstall kopt-core (package data kopt_core/references)") from error
+
+
+def _read_json(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{where}: not valid JSON: {error}") from error
+
+
+def schema() -> dict:
+    text, where = _packaged_text(SCHEMA_FILE)
+    return _read_json(text, where)
+
+
+def _validate(document: Any, where: str) -> None:
+    import jsonschema
+
+    _, schema_where = _packaged_text(SCHEMA_FILE)
+    validator = jsonschema.Draft202012Validator(schema())
+    error = jsonschema.exceptions.best_match(validator.iter_errors(document))
+    if error is not None:
+        raise ConfigError(f"{where}: {error.json_path}: {error.message}",
+                          hint=f"the SASS signatures must follow {schema_where}")
+
+
+def _build(document: dict, where: str) -> SignatureSet:
+    signatures = {}
+    for method, entry in document["signatures"].items():
+        if "not_applicable" in entry:
+            signatures[method] = Signature(method=method, not_applicable=entry["not_applicable"],
+                                           note=entry.get("note", ""))
+            continue
+        rules = {}
+        for arch, rule in entry["patterns"].items():
+            mode = "any" if "any" in rule else "all"
+            for index, pattern in enumerate(rule[mode]):
+                path = f"$.signatures['{method}'].patterns['{arch}'].{mode}[{index}]"
+                try:
+                    compiled = re.compile(pattern)
+                except re.error as error:
+                    raise ConfigError(f"{where}: {path}: not a valid regex {pattern!r}: {error}") from error
+                if compiled.search("") is not None:
+                    raise ConfigError(f"{where}: {path}: {pattern!r} matches the empty mnemonic, so it "
+                                      "would pass on any listing")
+            rules[arch] = SassRule(arch=arch, mode=mode, patterns=rule[mode], relative=rule["relative"])
+        signatures[method] = Signature(method=method, rules=rules, note=entry.get("note", ""))
+    return SignatureSet(schema_version=document["schema_version"], signatures=signatures, source=where)
+
+
+def load_signatures(path: Path | str | None = None) -> SignatureSet:
+    """The SASS signatures at ``path`` (default: the packaged ones), validated against the v1 schema.
+    Raises ConfigError naming the file and the JSON path of the first problem."""
+    if path is None:
+        text, where = _packaged_text(SIGNATURES_FILE)
+    else:
+        where = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as error:
+            raise ConfigError(f"cannot read the SASS signatures {where}: {error}") from error
+    document = _read_json(text, where)
+    _validate(document, where)
+    return _build(document, where)
+
+
+# --------------------------------------------------------------------------------------------- verifying
+
+
+def _arch_keys(arch: str) -> list[str]:
+    """"sm_90a" -> ["sm_90a", "sm_90", "default"]; "90" -> ["sm_90", "default"]."""
+    arch = str(arch).strip().lower()
+    if re.fullmatch(r"\d{2,3}[af]?", arch):
+        arch = f"sm_{arch}"
+    keys = [arch]
+    stripped = re.sub(r"(?<=\d)[af]$", "", arch)
+    if stripped != arch:
+        keys.append(stripped)
+    keys.append("default")
+    return keys
+
+
+def _matches(pattern: str, counts: Counter) -> dict[str, int]:
+    compiled = re.compile(pattern)
+    return {op: n for op, n in counts.items() if compiled.search(op)}
+
+
+def _check(method: str, rule: SassRule, listing: SassListing, baseline: SassListing | None) -> SassVerdict:
+    counts = listing.counts()
+    per_pattern = [_matches(pattern, counts) for pattern in rule.patterns]
+    matched: dict[str, int] = {}
+    for found in per_pattern:
+        matched.update(found)
+    matched_pairs = tuple(sorted(matched.items(), key=lambda item: (-item[1], item[0])))
+    expected = rule.describe()
+
+    def verdict(status: str, reason: str) -> SassVerdict:
+        return SassVerdict(method=method, status=status, matched=matched_pairs, expected=expected, reason=reason)
+
+    if rule.relative == "present":
+        if rule.mode == "any":
+            if matched:
+                return verdict("pass", f"found {sum(matched.values())} matching instruction(s)")
+            return verdict("fail", "no instruction matches")
+        missing = [p for p, found in zip(rule.patterns, per_pattern) if not found]
+        if missing:
+            return verdict("fail", f"nothing matches {', '.join(missing)}")
+        return verdict("pass", "every pattern matches")
+
+    if baseline is None:
+        return verdict("inconclusive", f"rule {rule.relative} needs a baseline listing and none was given")
+    if baseline.empty:
+        return verdict("inconclusive", "the baseline listing has no instructions")
+    base_counts = baseline.counts()
+    more = rule.relative == "more_than_baseline"
+    if rule.mode == "any":
+        pairs = [(" | ".join(rule.patterns), sum(matched.values()), sum(_union(rule.patterns, base_counts).values()))]
+    else:
+        pairs = [(p, sum(found.values()), sum(_matches(p, base_counts).values()))
+                 for p, found in zip(rule.patterns, per_pattern)]
+    ok = all((cand > base) if more else (cand < base) for _, cand, base in pairs)
+    detail = "; ".join(f"{p}: {cand} vs baseline {base}" for p, cand, base in pairs)
+    return verdict("pass" if ok else "fail", detail)
+
+
+def _union(patterns: Iterable[str], counts: Counter) -> dict[str, int]:
+    union: dict[str, int] = {}
+    for pattern in patterns:
+        union.update(_matches(pattern, counts))
+    return union
+
+
+def verify(listing: SassListing, method_ids: Sequence[str], *, arch: str, baseline: SassListing | None = None,
+           signatures: SignatureSet | None = None) -> list[SassVerdict]:
+    """One verdict per method id, in order (see the module docstring for the rules)."""
+    signatures = signatures or load_signatures()
+    verdicts = []
+    for method in method_ids:
+        signature = signatures.get(method)
+        if signature is None:
+            verdicts.append(SassVerdict(method=method, status="inconclusive", expected="",
+                                        reason=f"no SASS signature for {method!r} in {signatures.source}"))
+            continue
+        if signature.not_applicable is not None:
+            verdicts.append(SassVerdict(method=method, status="not_applicable", expected="no SASS footprint",
+                                        reason=signature.not_applicable))
+            continue
+        rule = signature.rule_for(arch)
+        if rule is None:
+            verdicts.append(SassVerdict(
+                method=method, status="inconclusive",
+                expected=f"a rule for {arch} (have: {', '.join(sorted(signature.rules))})",
+                reason=f"no SASS rule for arch {arch!r} (looked up {', '.join(_arch_keys(arch))})"))
+            continue
+        if listing.empty:
+            verdicts.append(SassVerdict(method=method, status="inconclusive", expected=rule.describe(),
+                                        reason="the listing has no instructions (no device code parsed)"))
+            continue
+        verdicts.append(_check(method, rule, listing, baseline))
+    return verdicts
+
+
+# --------------------------------------------------------------------------------------------- files
+
+
+def _find_cuobjdump() -> str | None:
+    try:
+        from kopt_triton import sass as triton_sass
+    except ImportError:
+        triton_sass = None
+    if triton_sass is not None:
+        found = triton_sass.find_cuobjdump()
+        if found:
+            return found
+    return find_tool("cuobjdump")
+
+
+def disassemble_file(path: str | Path) -> str:
+    """``cuobjdump --dump-sass`` of a cubin or shared library. SassToolError if cuobjdump is missing or
+    fails."""
+    tool = _find_cuobjdump()
+    if tool is None:
+        raise SassToolError("cuobjdump not found (looked at the Triton wheel's copy and the CUDA toolkit)",
+                            hint="pip install triton (its wheel ships cuobjdump) or the CUDA toolkit")
+    try:
+        completed = subprocess.run([tool, "--dump-sass", str(path)], capture_output=True, text=True,
+                                   timeout=CUOBJDUMP_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SassToolError(f"cannot run {tool} on {path}: {exc}") from None
+    if completed.returncode != 0:
+        raise SassToolError(f"{tool} --dump-sass {path} failed (exit {completed.returncode}): "
+                            f"{(completed.stderr or completed.stdout).strip()[:500]}")
+    return completed.stdout
+
+
+def verify_file(path: str | Path, methods: Sequence[str], arch: str, baseline_path: str | Path | None = None,
+                *, signatures: SignatureSet | None = None) -> list[SassVerdict]:
+    """Disassemble ``path`` (and ``baseline_path``) and verify; a missing or failing cuobjdump gives
+    "tool_error" verdicts, never a pass."""
+    try:
+        listing = parse_sass(disassemble_file(path))
+        baseline = parse_sass(disassemble_file(baseline_path)) if baseline_path is not None else None
+    except SassToolError as error:
+        return [SassVerdict(method=method, status="tool_error", expected="", reason=str(error))
+                for method in methods]
+    return verify(listing, methods, arch=arch, baseline=baseline, signatures=signatures)
