@@ -21,15 +21,15 @@ validated against ``references/schemas/v1/metric_registry.schema.json`` when loa
 
 from __future__ import annotations
 
-import json
 import math
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 import attrs
 from attrs import field, frozen
 
+from kopt_core.refdata import load_document
 from kopt_core.errors import ConfigError
 from kopt_core.records.profile import KernelProfile, MetricValue
 
@@ -132,49 +132,6 @@ class MetricRegistry:
 # --------------------------------------------------------------------------------------------- loading
 
 
-def _references_dir() -> Path:
-    import kopt_core
-
-    return Path(kopt_core.__file__).resolve().parent / "references"
-
-
-def _packaged_text(relative: str) -> tuple[str, str]:
-    """(text, where) of a file of the kopt_core.references package data."""
-    try:
-        from importlib.resources import files
-
-        resource = files("kopt_core.references").joinpath(relative)
-        if resource.is_file():
-            return resource.read_text(encoding="utf-8"), str(resource)
-    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError, TypeError):
-        pass
-    path = _references_dir() / relative
-    try:
-        return path.read_text(encoding="utf-8"), str(path)
-    except OSError as error:
-        raise ConfigError(f"kopt's packaged {relative} is missing: {error}",
-                          hint="reinstall kopt-core (package data kopt_core/references)") from error
-
-
-def _read_json(text: str, where: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ConfigError(f"{where}: not valid JSON: {error}") from error
-
-
-def _validate(document: Any, where: str) -> None:
-    import jsonschema
-
-    schema_text, schema_where = _packaged_text(SCHEMA_FILE)
-    schema = _read_json(schema_text, schema_where)
-    validator = jsonschema.Draft202012Validator(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(document))
-    if error is not None:
-        raise ConfigError(f"{where}: {error.json_path}: {error.message}",
-                          hint=f"the metric registry must follow {schema_where}")
-
-
 def _check_consistency(document: dict, where: str) -> None:
     """What the JSON Schema cannot say: unique keys and ncu names, known groups, reachable derivations."""
     groups = document["groups"]
@@ -245,16 +202,7 @@ def _build(document: dict, where: str) -> MetricRegistry:
 def load_registry(path: Path | str | None = None) -> MetricRegistry:
     """The metric registry at ``path`` (default: the one packaged with kopt), validated against the v1
     schema. Raises ConfigError naming the file and the JSON path of the first error."""
-    if path is None:
-        text, where = _packaged_text(REGISTRY_FILE)
-    else:
-        where = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as error:
-            raise ConfigError(f"cannot read the metric registry {where}: {error}") from error
-    document = _read_json(text, where)
-    _validate(document, where)
+    document, where = load_document(path, default=REGISTRY_FILE, schema_file=SCHEMA_FILE, what="metric registry")
     _check_consistency(document, where)
     return _build(document, where)
 

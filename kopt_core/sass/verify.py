@@ -16,15 +16,15 @@ Rules (see the schema ``references/schemas/v1/sass_signatures.schema.json``):
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from attrs import field, frozen
 
+from kopt_core.refdata import load_document
 from kopt_core.errors import ConfigError, HardwareError
 from kopt_core.tools import find_tool
 
@@ -171,52 +171,6 @@ def parse_sass(text: str) -> SassListing:
 # --------------------------------------------------------------------------------------------- loading
 
 
-def _references_dir() -> Path:
-    import kopt_core
-
-    return Path(kopt_core.__file__).resolve().parent / "references"
-
-
-def _packaged_text(relative: str) -> tuple[str, str]:
-    try:
-        from importlib.resources import files
-
-        resource = files("kopt_core.references").joinpath(relative)
-        if resource.is_file():
-            return resource.read_text(encoding="utf-8"), str(resource)
-    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError, TypeError):
-        pass
-    path = _references_dir() / relative
-    try:
-        return path.read_text(encoding="utf-8"), str(path)
-    except OSError as error:
-        raise ConfigError(f"kopt's packaged {relative} is missing: {error}",
-                          hint="reinstall kopt-core (package data kopt_core/references)") from error
-
-
-def _read_json(text: str, where: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ConfigError(f"{where}: not valid JSON: {error}") from error
-
-
-def schema() -> dict:
-    text, where = _packaged_text(SCHEMA_FILE)
-    return _read_json(text, where)
-
-
-def _validate(document: Any, where: str) -> None:
-    import jsonschema
-
-    _, schema_where = _packaged_text(SCHEMA_FILE)
-    validator = jsonschema.Draft202012Validator(schema())
-    error = jsonschema.exceptions.best_match(validator.iter_errors(document))
-    if error is not None:
-        raise ConfigError(f"{where}: {error.json_path}: {error.message}",
-                          hint=f"the SASS signatures must follow {schema_where}")
-
-
 def _build(document: dict, where: str) -> SignatureSet:
     signatures = {}
     for method, entry in document["signatures"].items():
@@ -244,16 +198,7 @@ def _build(document: dict, where: str) -> SignatureSet:
 def load_signatures(path: Path | str | None = None) -> SignatureSet:
     """The SASS signatures at ``path`` (default: the packaged ones), validated against the v1 schema.
     Raises ConfigError naming the file and the JSON path of the first problem."""
-    if path is None:
-        text, where = _packaged_text(SIGNATURES_FILE)
-    else:
-        where = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as error:
-            raise ConfigError(f"cannot read the SASS signatures {where}: {error}") from error
-    document = _read_json(text, where)
-    _validate(document, where)
+    document, where = load_document(path, default=SIGNATURES_FILE, schema_file=SCHEMA_FILE, what="SASS signatures")
     return _build(document, where)
 
 
@@ -356,25 +301,13 @@ def verify(listing: SassListing, method_ids: Sequence[str], *, arch: str, baseli
 # --------------------------------------------------------------------------------------------- files
 
 
-def _find_cuobjdump() -> str | None:
-    try:
-        from kopt_triton import sass as triton_sass
-    except ImportError:
-        triton_sass = None
-    if triton_sass is not None:
-        found = triton_sass.find_cuobjdump()
-        if found:
-            return found
-    return find_tool("cuobjdump")
-
-
-def disassemble_file(path: str | Path) -> str:
-    """``cuobjdump --dump-sass`` of a cubin or shared library. SassToolError if cuobjdump is missing or
-    fails."""
-    tool = _find_cuobjdump()
+def disassemble_file(path: str | Path, cuobjdump: str | None = None) -> str:
+    """``cuobjdump --dump-sass`` of a cubin or shared library, with the given cuobjdump (a backend may
+    ship its own: the Triton wheel does) or the CUDA toolkit's. SassToolError if it is missing or fails."""
+    tool = cuobjdump or find_tool("cuobjdump")
     if tool is None:
-        raise SassToolError("cuobjdump not found (looked at the Triton wheel's copy and the CUDA toolkit)",
-                            hint="pip install triton (its wheel ships cuobjdump) or the CUDA toolkit")
+        raise SassToolError("cuobjdump not found (no backend offered one, and none in the CUDA toolkit)",
+                            hint="install the CUDA toolkit, or pip install triton (its wheel ships cuobjdump)")
     try:
         completed = subprocess.run([tool, "--dump-sass", str(path)], capture_output=True, text=True,
                                    timeout=CUOBJDUMP_TIMEOUT_S, check=False)
@@ -387,12 +320,12 @@ def disassemble_file(path: str | Path) -> str:
 
 
 def verify_file(path: str | Path, methods: Sequence[str], arch: str, baseline_path: str | Path | None = None,
-                *, signatures: SignatureSet | None = None) -> list[SassVerdict]:
+                *, signatures: SignatureSet | None = None, cuobjdump: str | None = None) -> list[SassVerdict]:
     """Disassemble ``path`` (and ``baseline_path``) and verify; a missing or failing cuobjdump gives
     "tool_error" verdicts, never a pass."""
     try:
-        listing = parse_sass(disassemble_file(path))
-        baseline = parse_sass(disassemble_file(baseline_path)) if baseline_path is not None else None
+        listing = parse_sass(disassemble_file(path, cuobjdump))
+        baseline = parse_sass(disassemble_file(baseline_path, cuobjdump)) if baseline_path is not None else None
     except SassToolError as error:
         return [SassVerdict(method=method, status="tool_error", expected="", reason=str(error))
                 for method in methods]

@@ -1,0 +1,256 @@
+"""The method registry (``references/method_registry.json``): the optimization methods kopt selects from.
+
+Each method has a canonical id ``axis.name`` (axis: compute, memory, latency), a priority within its axis
+(1 is scanned first), the backends it applies to, the architecture features it requires, a trigger (metric
+keys of the metric registry compared with thresholds), skip conditions, typed relations (conflicts,
+complements, a same-budget group), a numerics class and the key of its SASS signature.
+
+Architectures are explicit capability sets: ``architectures["sm_90a"]`` lists every feature sm_90a has; a
+method applies on an architecture iff every feature it requires is in that set. Nothing is inferred from
+the numeric order of SM versions (sm_100 does not have sm_90a's wgmma).
+
+``load_methods`` validates the file against ``references/schemas/v1/method_registry.schema.json``, then
+checks what the schema cannot say (unknown metric keys, duplicate ids or priorities, asymmetric conflicts,
+unknown related ids, undefined features, an id whose prefix disagrees with its axis), raising ConfigError
+naming the file and the problem.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+from attrs import field, frozen
+
+from kopt_core.errors import ConfigError
+from kopt_core.refdata import load_document
+
+REGISTRY_FILE = "method_registry.json"
+SCHEMA_FILE = "schemas/v1/method_registry.schema.json"
+AXES = ("compute", "memory", "latency")
+BACKENDS = ("cuda", "cutlass", "triton")
+NUMERICS = ("bitwise_preserving", "preconditioned", "approximate")
+OPS = (">=", "<=", ">", "<")
+
+
+@frozen
+class Condition:
+    """A metric comparison (trigger conditions and ``kind == "metric"`` skips), or a dtype / kernel-trait
+    skip condition."""
+
+    kind: str  # metric | dtype_in | dtype_not_in | kernel_has | kernel_lacks
+    metric: str | None = None
+    op: str | None = None
+    value: float | None = None
+    dtypes: tuple[str, ...] = field(default=(), converter=tuple)
+    tags: tuple[str, ...] = field(default=(), converter=tuple)
+    why: str = ""
+
+    def holds(self, value: float | None) -> bool | None:
+        """The comparison on a metric value; None when the value is unknown (inconclusive, never zero)."""
+        if self.kind != "metric":
+            raise ValueError(f"{self.kind} is not a metric condition")
+        if value is None:
+            return None
+        return {">=": value >= self.value, "<=": value <= self.value,
+                ">": value > self.value, "<": value < self.value}[self.op]
+
+
+@frozen
+class Trigger:
+    """Holds when every condition of ``all`` holds and, when ``any`` is given, one of ``any`` holds."""
+
+    all: tuple[Condition, ...] = field(default=(), converter=tuple)
+    any: tuple[Condition, ...] = field(default=(), converter=tuple)
+    why: str = ""
+
+    def metrics(self) -> tuple[str, ...]:
+        return tuple(condition.metric for condition in (*self.all, *self.any))
+
+    def holds(self, values: dict[str, float | None]) -> bool:
+        """Whether the trigger holds on ``values`` (metric key -> value or None); an unknown metric never
+        satisfies a condition."""
+        if not all(condition.holds(values.get(condition.metric)) for condition in self.all):
+            return False
+        return not self.any or any(condition.holds(values.get(condition.metric)) for condition in self.any)
+
+
+@frozen
+class Relations:
+    conflicts: tuple[str, ...] = field(default=(), converter=tuple)
+    complements: tuple[str, ...] = field(default=(), converter=tuple)
+    same_budget: str | None = None
+
+
+@frozen
+class Method:
+    id: str
+    axis: str
+    name: str
+    priority: int
+    backends: tuple[str, ...] = field(converter=tuple)
+    requires: tuple[str, ...] = field(converter=tuple)
+    trigger: Trigger
+    skip_if: tuple[Condition, ...] = field(converter=tuple)
+    relations: Relations
+    numerics: str
+    sass_signature: str
+    summary: str
+
+
+def _index(registry: "MethodRegistry") -> dict[str, Method]:
+    return {method.id: method for method in registry.methods}
+
+
+@frozen
+class MethodRegistry:
+    schema_version: int
+    architectures: dict  # arch -> frozenset of features
+    methods: tuple[Method, ...] = field(converter=tuple)
+    numerics_classes: dict = field(factory=dict)
+    notes: tuple[str, ...] = field(default=(), converter=tuple)
+    source: str = ""
+    _by_id: dict = field(init=False, repr=False, eq=False, default=attrs.Factory(_index, takes_self=True))
+
+    def get(self, method_id: str) -> Method | None:
+        return self._by_id.get(method_id)
+
+    def ids(self) -> tuple[str, ...]:
+        return tuple(method.id for method in self.methods)
+
+    def by_axis(self, axis: str) -> tuple[Method, ...]:
+        """The methods of ``axis`` in priority order (1 first)."""
+        if axis not in AXES:
+            raise ValueError(f"unknown axis {axis!r}; one of {', '.join(AXES)}")
+        return tuple(sorted((m for m in self.methods if m.axis == axis), key=lambda m: m.priority))
+
+    def features(self, arch: str) -> frozenset[str]:
+        if arch not in self.architectures:
+            raise ValueError(f"unknown architecture {arch!r}; one of {', '.join(self.architectures)}")
+        return self.architectures[arch]
+
+    def applies_on(self, method: Method | str, arch: str) -> tuple[bool, tuple[str, ...]]:
+        """(whether ``method`` applies on ``arch``, the required features ``arch`` lacks)."""
+        if isinstance(method, str):
+            found = self.get(method)
+            if found is None:
+                raise ValueError(f"unknown method {method!r}")
+            method = found
+        have = self.features(arch)
+        missing = tuple(feature for feature in method.requires if feature not in have)
+        return not missing, missing
+
+
+# --------------------------------------------------------------------------------------------- loading
+
+
+def _metric_keys() -> frozenset[str]:
+    from kopt_core.ncu.metrics import load_registry
+
+    return frozenset(load_registry().keys())
+
+
+def _check_consistency(document: dict, where: str) -> None:
+    """What the JSON Schema cannot say (see the module docstring)."""
+    metric_keys = _metric_keys()
+    features = {feature for listed in document["architectures"].values() for feature in listed}
+    ids: dict[str, int] = {}
+    priorities: dict[tuple[str, int], str] = {}
+    for index, entry in enumerate(document["methods"]):
+        path = f"$.methods[{index}]"
+        method_id = entry["id"]
+        if method_id in ids:
+            raise ConfigError(f"{where}: {path}.id: duplicate method id {method_id!r} (also $.methods[{ids[method_id]}])")
+        ids[method_id] = index
+        prefix, _, name = method_id.partition(".")
+        if prefix != entry["axis"]:
+            raise ConfigError(f"{where}: {path}.id: {method_id!r} has prefix {prefix!r} but axis {entry['axis']!r}")
+        if name != entry["name"]:
+            raise ConfigError(f"{where}: {path}.name: {entry['name']!r} is not the name part of the id {method_id!r}")
+        slot = (entry["axis"], entry["priority"])
+        if slot in priorities:
+            raise ConfigError(f"{where}: {path}.priority: duplicate priority {entry['priority']} on axis "
+                              f"{entry['axis']!r} ({method_id!r} and {priorities[slot]!r})")
+        priorities[slot] = method_id
+        for part in ("all", "any"):
+            for position, condition in enumerate(entry["trigger"].get(part, ())):
+                if condition["metric"] not in metric_keys:
+                    raise ConfigError(f"{where}: {path}.trigger.{part}[{position}].metric: unknown metric key "
+                                      f"{condition['metric']!r} (not in the metric registry)")
+        for position, skip in enumerate(entry["skip_if"]):
+            if skip["kind"] == "metric" and skip["metric"] not in metric_keys:
+                raise ConfigError(f"{where}: {path}.skip_if[{position}].metric: unknown metric key "
+                                  f"{skip['metric']!r} (not in the metric registry)")
+        for position, feature in enumerate(entry["requires"]):
+            if feature not in features:
+                raise ConfigError(f"{where}: {path}.requires[{position}]: feature {feature!r} is not defined "
+                                  "in any architecture of $.architectures")
+        if entry["sass_signature"] != method_id:
+            raise ConfigError(f"{where}: {path}.sass_signature: {entry['sass_signature']!r} is not the method id {method_id!r}")
+    by_id = {entry["id"]: entry for entry in document["methods"]}
+    for method_id, index in ids.items():
+        relations = by_id[method_id]["relations"]
+        path = f"$.methods[{index}].relations"
+        for kind in ("conflicts", "complements"):
+            for other in relations[kind]:
+                if other == method_id:
+                    raise ConfigError(f"{where}: {path}.{kind}: {method_id!r} relates to itself")
+                if other not in by_id:
+                    raise ConfigError(f"{where}: {path}.{kind}: unknown method id {other!r}")
+        for other in relations["conflicts"]:
+            if method_id not in by_id[other]["relations"]["conflicts"]:
+                raise ConfigError(f"{where}: {path}.conflicts: asymmetric conflict: {method_id!r} conflicts with "
+                                  f"{other!r} but {other!r} does not list {method_id!r}")
+            if other in relations["complements"]:
+                raise ConfigError(f"{where}: {path}: {other!r} is both a conflict and a complement of {method_id!r}")
+
+
+def _condition(entry: dict) -> Condition:
+    return Condition(
+        kind=entry.get("kind", "metric"),
+        metric=entry.get("metric"),
+        op=entry.get("op"),
+        value=None if entry.get("value") is None else float(entry["value"]),
+        dtypes=entry.get("dtypes", ()),
+        tags=entry.get("tags", ()),
+        why=entry.get("why", ""),
+    )
+
+
+def _build(document: dict, where: str) -> MethodRegistry:
+    methods = []
+    for entry in document["methods"]:
+        trigger = entry["trigger"]
+        relations = entry["relations"]
+        methods.append(Method(
+            id=entry["id"],
+            axis=entry["axis"],
+            name=entry["name"],
+            priority=entry["priority"],
+            backends=entry["backends"],
+            requires=entry["requires"],
+            trigger=Trigger(all=[_condition(c) for c in trigger.get("all", ())],
+                            any=[_condition(c) for c in trigger.get("any", ())], why=trigger["why"]),
+            skip_if=[_condition(c) for c in entry["skip_if"]],
+            relations=Relations(conflicts=relations["conflicts"], complements=relations["complements"],
+                                same_budget=relations["same_budget"]),
+            numerics=entry["numerics"],
+            sass_signature=entry["sass_signature"],
+            summary=entry["summary"],
+        ))
+    return MethodRegistry(
+        schema_version=document["schema_version"],
+        architectures={arch: frozenset(listed) for arch, listed in document["architectures"].items()},
+        methods=methods,
+        numerics_classes=dict(document["numerics_classes"]),
+        notes=document.get("notes", ()),
+        source=where,
+    )
+
+
+def load_methods(path: Path | str | None = None) -> MethodRegistry:
+    """The method registry at ``path`` (default: the one packaged with kopt), validated against the v1
+    schema and checked for consistency. Raises ConfigError naming the file and the problem."""
+    document, where = load_document(path, default=REGISTRY_FILE, schema_file=SCHEMA_FILE, what="method registry")
+    _check_consistency(document, where)
+    return _build(document, where)
