@@ -70,11 +70,14 @@ def kopt_profile(artifact, request):
 
 
 @hookspec(firstresult=True)
-def kopt_sass_verify(artifact, signatures):
-    """Disassemble ``artifact`` and match the given method ``signatures`` against its instructions.
+def kopt_sass_verify(artifact, signatures, arch, baseline):
+    """Disassemble ``artifact`` and check the methods named in ``signatures`` (method ids, looked up in
+    references/sass_signatures.json) against its instructions.
 
-    Return a list of per-method verdicts (pass, fail, inconclusive, not_applicable, tool_error), or
-    ``None`` if the artifact is not yours. A missing tool or an empty disassembly is never a pass.
+    ``arch`` is the SM the artifact was built for ("sm_90a"); ``baseline`` is the baseline's Artifact for
+    rules relative to it, or None. Return a list of ``kopt_core.sass.SassVerdict`` (pass, fail,
+    inconclusive, not_applicable, tool_error), or ``None`` if the artifact is not yours. A missing tool or
+    an empty disassembly is never a pass (``kopt_core.sass.verify_file`` keeps that rule).
     """
 
 

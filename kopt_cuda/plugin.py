@@ -107,3 +107,14 @@ def kopt_profile(artifact, request):
     if artifact.backend != NAME:
         return None
     return ProfileLaunch()
+
+
+@hookimpl
+def kopt_sass_verify(artifact, signatures, arch, baseline):
+    """The shared library's SASS, disassembled with the CUDA toolkit's cuobjdump."""
+    if artifact.backend != NAME:
+        return None
+    from kopt_core.sass import verify_file
+
+    return verify_file(artifact.path, list(signatures), arch or artifact.arch,
+                       baseline.path if baseline is not None else None)

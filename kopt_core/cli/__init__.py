@@ -368,5 +368,26 @@ def iter_open_cmd(state_path, iteration) -> int:
     return 0
 
 
+@cli.command("sass")
+@click.argument("target", type=click.Path(dir_okay=False))
+@click.option("--method", "methods", multiple=True, required=True, help="Method id (repeat for several).")
+@click.option("--baseline", type=click.Path(dir_okay=False), default=None,
+              help="The baseline's SASS, cubin or library, for rules relative to it.")
+@click.option("--arch", default="sm_90a", show_default=True, help="The architecture the target was built for.")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON.")
+def sass_cmd(target, methods, baseline, arch, as_json) -> int:
+    """Check TARGET (cuobjdump --dump-sass text, a cubin or a shared library) for the SASS each method
+    leaves. Exit 3 when no disassembler could run; a missing tool is never a pass."""
+    from kopt_core.records import to_data
+    from kopt_core.steps.sass import check_sass
+
+    verdicts = check_sass(_plugin_manager(), target, list(methods), arch=arch, baseline=baseline)
+    if as_json:
+        click.echo(dumps([to_data(v) for v in verdicts]), nl=False)
+    else:
+        render.sass_report(target, verdicts)
+    return 3 if verdicts and all(v.status == "tool_error" for v in verdicts) else 0
+
+
 def main() -> None:
     cli.main()

@@ -187,3 +187,15 @@ def status_report(info: dict) -> None:
     table.add_row("lock", f"held by pid {lock.get('pid')} ({lock.get('step')}, since {lock.get('started_at')})"
                   if lock else "free")
     out.print(table)
+
+
+def sass_report(target, verdicts) -> None:
+    colours = {"pass": "green", "fail": "red", "tool_error": "red", "inconclusive": "yellow"}
+    table = Table(title=f"kopt sass: {target}")
+    for column in ("method", "verdict", "found", "expected / why"):
+        table.add_column(column)
+    for v in verdicts:
+        found = ", ".join(f"{name} x{count}" for name, count in v.matched) or "-"
+        colour = colours.get(v.status, "white")
+        table.add_row(v.method, f"[{colour}]{v.status}[/]", found, v.reason or v.expected)
+    out.print(table)
