@@ -1,0 +1,111 @@
+"""The priority scan's gates, on the real method registry with chosen evidence."""
+
+from __future__ import annotations
+
+import pytest
+
+from kopt_core.knowledge.methods import load_methods
+from kopt_core.knowledge.select import AXIS_CAP, kernel_tags, select_methods
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return load_methods()
+
+
+BUDGET = {"compute": 1, "memory": 1, "latency": 1}
+
+
+def pick(registry, **overrides):
+    kwargs = dict(budget=BUDGET, values={}, arch="sm_90a", backend="cuda", bound="memory")
+    kwargs.update(overrides)
+    return select_methods(registry, **kwargs)
+
+
+def reasons(selection, method_id):
+    return [s.reason for s in selection.skipped if s.id == method_id]
+
+
+def test_no_evidence_selects_nothing_and_says_why(registry):
+    selection = pick(registry)
+    assert selection.selected == ()
+    assert set(selection.underfilled) == {"compute", "memory", "latency"}
+    assert "no filler is added" in selection.underfilled["memory"]
+    assert "not triggered" in reasons(selection, "memory.coalescing")[0]
+    assert "measured unknown" in reasons(selection, "memory.coalescing")[0]  # unknown is never zero
+
+
+def test_uncoalesced_loads_select_coalescing_first(registry):
+    selection = pick(registry, values={"global_load_efficiency_pct": 40.0, "lsu_pipe_utilization_pct": 70.0})
+    assert selection.ids == ("memory.coalescing",)  # priority 1 takes the memory slot
+    assert "global_load_efficiency_pct < 80 (measured 40)" in selection.selected[0].evidence
+
+
+def test_budget_is_capped_per_axis(registry):
+    values = {"global_load_efficiency_pct": 40.0, "lsu_pipe_utilization_pct": 70.0, "l1tex_throughput_pct": 95.0}
+    selection = pick(registry, budget={"compute": 0, "memory": 5, "latency": 0}, values=values)
+    assert len(selection.selected) == AXIS_CAP
+    assert selection.ids[0] == "memory.coalescing" and all(p.axis == "memory" for p in selection.selected)
+
+
+def test_arch_gate_is_explicit(registry):
+    values = {"tensor_pipe_utilization_pct": 5.0, "sm_throughput_pct": 60.0}
+    on_hopper = pick(registry, values=values, dtypes=("float16",), budget={"compute": 2, "memory": 0, "latency": 0})
+    on_ampere = pick(registry, values=values, dtypes=("float16",), arch="sm_80",
+                     budget={"compute": 2, "memory": 0, "latency": 0})
+    assert "compute.wgmma" in on_hopper.ids or "compute.tensor_core" in on_hopper.ids
+    assert "compute.wgmma" not in on_ampere.ids
+    assert any("sm_80 lacks wgmma" in r for r in reasons(on_ampere, "compute.wgmma"))
+
+
+def test_one_member_of_a_same_budget_group_per_round(registry):
+    # evidence that triggers both MMA paths (tensor pipe idle, FMA pipe busy): only one takes a slot
+    values = {"tensor_pipe_utilization_pct": 5.0, "sm_throughput_pct": 60.0, "fma_pipe_utilization_pct": 60.0}
+    selection = pick(registry, values=values, dtypes=("float16",), budget={"compute": 2, "memory": 0, "latency": 0})
+    mma = [p for p in selection.ids if p in ("compute.tensor_core", "compute.wgmma")]
+    assert len(mma) == 1
+    other = "compute.wgmma" if mma[0] == "compute.tensor_core" else "compute.tensor_core"
+    assert any("same-budget group 'mma_path'" in r for r in reasons(selection, other))
+
+
+def test_numerics_modes(registry):
+    values = {"tensor_pipe_utilization_pct": 5.0, "fma_pipe_utilization_pct": 80.0}
+    budget = {"compute": 2, "memory": 0, "latency": 0}
+    reference = pick(registry, values=values, dtypes=("float32",), budget=budget)
+    assert "compute.tf32" not in reference.ids
+    assert "needs --numerics-mode approximate" in reasons(reference, "compute.tf32")[0]
+    approximate = pick(registry, values=values, dtypes=("float32",), budget=budget, numerics_mode="approximate")
+    assert "compute.tf32" in approximate.ids
+    strict = pick(registry, values=values, dtypes=("float32",), budget=budget, numerics_mode="strict")
+    assert "compute.tf32" not in strict.ids
+
+
+def test_ineffective_method_is_blocked_until_the_bound_changes(registry):
+    values = {"global_load_efficiency_pct": 40.0}
+    blocked = pick(registry, values=values, ineffective={"memory.coalescing": "memory"})
+    assert "memory.coalescing" not in blocked.ids
+    assert "blocked until the bottleneck changes" in reasons(blocked, "memory.coalescing")[0]
+    admitted = pick(registry, values=values, bound="latency", ineffective={"memory.coalescing": "memory"})
+    assert "memory.coalescing" in admitted.ids
+
+
+def test_implementation_failure_needs_acknowledgement(registry):
+    values = {"global_load_efficiency_pct": 40.0}
+    refused = pick(registry, values=values, implementation_failed=("memory.coalescing",))
+    assert "memory.coalescing" not in refused.ids
+    accepted = pick(registry, values=values, implementation_failed=("memory.coalescing",),
+                    acknowledged=("memory.coalescing",))
+    assert "memory.coalescing" in accepted.ids
+
+
+def test_earlier_selections_are_not_repeated(registry):
+    selection = pick(registry, values={"global_load_efficiency_pct": 40.0}, selected_before=("memory.coalescing",))
+    assert "memory.coalescing" not in selection.ids
+    assert reasons(selection, "memory.coalescing") == ["selected in an earlier iteration"]
+
+
+def test_kernel_traits_come_from_sass_mnemonics_only():
+    tags = kernel_tags(["FFMA", "LDS.128", "STS.128", "MUFU.EX2", "BAR.SYNC"])
+    assert tags["shared_memory_staging"] and tags["transcendentals"]
+    assert tags["tensor_core_mma"] is False and tags["block_reduction"] is None  # unknowable from SASS
+    assert all(value is None for value in kernel_tags(None).values())
