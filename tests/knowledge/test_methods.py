@@ -179,3 +179,19 @@ def test_schema_violation_rejected(tmp_path):
         _method(d, "memory.tma")["numerics"] = "roughly"
     with pytest.raises(ConfigError, match="numerics"):
         load_methods(_broken(tmp_path, edit))
+
+
+def test_the_catalog_has_one_card_per_method_and_the_template_fills():
+    import re
+    import string
+
+    from kopt_core.refdata import packaged_text
+
+    catalog, _ = packaged_text("optimization_catalog.md")
+    cards = re.findall(r"^### (\S+) ", catalog, re.M)
+    assert sorted(cards) == sorted(load_methods().ids())
+    template, _ = packaged_text("templates/iteration_report.md")
+    fields = {name for _, name, _, _ in string.Formatter().parse(template) if name}
+    assert fields == {"iteration", "kernel", "bound", "label", "delta_compute", "delta_memory", "delta_latency",
+                      "axis_budget", "top_metrics", "selected", "skipped", "underfilled", "notes"}
+    assert template.format(**{name: "x" for name in fields}).startswith("# Iteration x")
