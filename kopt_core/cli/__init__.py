@@ -368,6 +368,55 @@ def iter_open_cmd(state_path, iteration) -> int:
     return 0
 
 
+@cli.command("select")
+@click.option("--state", "state_path", type=click.Path(), default=None, help="Run form: the run's state.json.")
+@click.option("--iter", "iteration", type=click.IntRange(1, None), default=None, help="Run form: iteration.")
+@click.option("--roofline", "roofline_path", type=click.Path(dir_okay=False), default=None,
+              help="Standalone form: a roofline.json.")
+@click.option("--ncu-top", "ncu_top_path", type=click.Path(dir_okay=False), default=None,
+              help="Standalone form: the ncu_top.json of the same profile.")
+@click.option("--arch", default="sm_90a", show_default=True, help="Standalone form: target architecture.")
+@click.option("--backend", default="cuda", show_default=True, help="Standalone form: backend.")
+@click.option("--dtype", "dtypes", multiple=True, help="Standalone form: operand dtype(s), e.g. float16.")
+@click.option("--numerics-mode", type=click.Choice(["reference", "strict", "approximate"]), default="reference",
+              show_default=True, help="Standalone form: numerics mode.")
+@click.option("--sass", "sass_path", type=click.Path(dir_okay=False), default=None,
+              help="Standalone form: the kernel's cuobjdump --dump-sass text, for its traits (smem staging, MMA...).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Standalone form: where methods.json and analysis.md go (default: beside roofline.json).")
+def select_cmd(state_path, iteration, roofline_path, ncu_top_path, arch, backend, dtypes, numerics_mode,
+               sass_path, out_dir) -> int:
+    """Pick methods by the seed's budget-aware priority scan; write methods.json and analysis.md."""
+    from pathlib import Path
+
+    from kopt_core.errors import ConfigError
+
+    if state_path or iteration:
+        if not (state_path and iteration):
+            raise ConfigError("the run form needs --state and --iter")
+        from kopt_core.run.iteration import select_in_run
+
+        click.echo(str(select_in_run(_plugin_manager(), _store(state_path), iteration)))
+        return 0
+    if not (roofline_path and ncu_top_path):
+        raise ConfigError("give --state and --iter, or --roofline and --ncu-top")
+    from kopt_core.steps.select import read_evidence, render_analysis, select_from_evidence, write_selection
+
+    roofline, ncu_top = read_evidence(roofline_path, ncu_top_path)
+    mnemonics = None
+    if sass_path:
+        from kopt_core.sass import parse_sass
+
+        mnemonics = list(parse_sass(Path(sass_path).read_text(errors="replace")).instructions)
+    selection = select_from_evidence(roofline, ncu_top, arch=arch, backend=backend, numerics_mode=numerics_mode,
+                                     dtypes=tuple(dtypes), sass_mnemonics=mnemonics)
+    traits = f"kernel traits read from {sass_path}" if sass_path else "kernel traits not read (no --sass)"
+    analysis = render_analysis(selection, roofline, ncu_top, str(roofline_path),
+                               [f"standalone selection: no method history; {traits}"])
+    click.echo(str(write_selection(Path(out_dir or Path(roofline_path).parent), selection, analysis)))
+    return 0
+
+
 @cli.command("sass")
 @click.argument("target", type=click.Path(dir_okay=False))
 @click.option("--method", "methods", multiple=True, required=True, help="Method id (repeat for several).")

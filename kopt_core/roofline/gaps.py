@@ -538,4 +538,5 @@ def build_ncu_top(
         axes=top_metrics(rows, ncu_num),
         unknown=unknown_keys(rows),
         kernels=kernels,
+        values=metric_values(rows),
     )

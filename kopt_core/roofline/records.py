@@ -100,4 +100,6 @@ class NcuTop:
     axes: dict[str, tuple[TopMetric, ...]] = field(converter=_axes)
     unknown: tuple[str, ...] = field(default=(), converter=tuple)  # registry keys ncu gave no value for
     kernels: int = 1
+    # Every registry key's value (null when unknown): what method selection evaluates triggers on.
+    values: dict = field(factory=dict)
     schema_version: int = NCU_TOP_SCHEMA_VERSION

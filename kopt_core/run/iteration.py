@@ -113,3 +113,34 @@ def profile_in_run(pm, store: RunStore, iteration: int, which: str) -> Path:
         except KoptError as error:
             stop_on_failure(store, f"profile_{which}", error, iteration=iteration)
         return Path(outcome.summary["report"])
+
+
+def select_in_run(pm, store: RunStore, iteration: int) -> Path:
+    """``kopt select --state S --iter I``: methods.json and analysis.md in iterv{I}/ from its best_input
+    profile, the run's method history and its numerics mode."""
+    from kopt_core.hardware import arch_for_capability
+    from kopt_core.steps.select import read_evidence, render_analysis, select_from_evidence, write_selection
+
+    with store.locked("select"):
+        state = store.load()
+        folder = iteration_dir(state.run_dir, iteration)
+        if not folder.is_dir():
+            raise ConfigError(f"{folder} does not exist: open the iteration first (kopt iter open)")
+        roofline, ncu_top = read_evidence(folder / "roofline.json", folder / "ncu_top.json")
+        capability = (state.env.get("gpu") or {}).get("capability")
+        if not capability:
+            raise ConfigError("env.json records no GPU capability: run kopt gate again")
+        bounds = {entry["iteration"]: entry.get("bound") for entry in state.roofline_history}
+        ineffective = {m: bounds.get(h.iteration) for h in state.history for m in h.methods
+                       if m in state.ineffective_methods}
+        bench = Path(state.run_dir) / "baseline" / "bench.json"
+        dtypes = tuple(b["dtype"] for b in read_json(bench).get("buffers", []) if b["role"] != "output") \
+            if bench.is_file() else ()
+        selection = select_from_evidence(
+            roofline, ncu_top, arch=arch_for_capability(str(capability)), backend=state.backend,
+            iteration=iteration, numerics_mode=state.numerics_mode, selected_before=state.selected_methods,
+            ineffective=ineffective, implementation_failed=state.implementation_failed_methods, dtypes=dtypes,
+        )
+        notes = ["kernel traits (kernel_has / kernel_lacks skip conditions) were not read: no SASS listing given"]
+        return write_selection(folder, selection, render_analysis(selection, roofline, ncu_top, state.best_file,
+                                                                   notes))

@@ -1,0 +1,63 @@
+"""``kopt select``: the deterministic priority scan over a profile's evidence, written as methods.json
+and analysis.md (from references/templates/iteration_report.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kopt_core.errors import ConfigError
+from kopt_core.jsonio import read_json, write_json, write_text_atomic
+from kopt_core.knowledge.methods import load_methods
+from kopt_core.knowledge.select import Selection, select_methods
+from kopt_core.records import from_data, to_data
+from kopt_core.refdata import packaged_text
+from kopt_core.roofline.records import NcuTop, Roofline
+
+
+def read_evidence(roofline_path: str | Path, ncu_top_path: str | Path) -> tuple[Roofline, NcuTop]:
+    try:
+        roofline = from_data(read_json(roofline_path), Roofline)
+        ncu_top = from_data(read_json(ncu_top_path), NcuTop)
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise ConfigError(f"cannot read the profile's evidence ({roofline_path}, {ncu_top_path}): {exc}",
+                          hint="write them with kopt profile (or kopt iter open)") from None
+    if not ncu_top.values:
+        raise ConfigError(f"{ncu_top_path} has no metric values: profile again with this kopt")
+    return roofline, ncu_top
+
+
+def select_from_evidence(roofline: Roofline, ncu_top: NcuTop, **context) -> Selection:
+    return select_methods(load_methods(), budget=dict(roofline.axis_budget), values=dict(ncu_top.values),
+                          bound=roofline.bound, **context)
+
+
+def _lines(rows: list[str]) -> str:
+    return "\n".join(f"- {row}" for row in rows) or "- none"
+
+
+def render_analysis(selection: Selection, roofline: Roofline, ncu_top: NcuTop, kernel: str, notes: list[str]) -> str:
+    template, _ = packaged_text("templates/iteration_report.md")
+    top = [m.evidence for axis in ("compute", "memory", "latency") for m in ncu_top.axes.get(axis, ())]
+
+    def gap(value):
+        return "unknown" if value is None else f"{value:.3f}"
+
+    return template.format(
+        iteration=selection.iteration, kernel=kernel, label=roofline.label, bound=roofline.bound,
+        delta_compute=gap(roofline.delta_compute), delta_memory=gap(roofline.delta_memory),
+        delta_latency=gap(roofline.delta_latency),
+        axis_budget=", ".join(f"{k} {v}" for k, v in selection.budget.items()),
+        top_metrics=_lines(top),
+        selected=_lines([f"`{p.id}` ({p.axis}, priority {p.priority}, {p.numerics}): {p.evidence}; card "
+                         f"`{p.id}` in references/optimization_catalog.md" for p in selection.selected]),
+        skipped=_lines([f"`{s.id}` ({s.axis}): {s.reason}" for s in selection.skipped]),
+        underfilled=_lines([f"{axis}: {why}" for axis, why in selection.underfilled.items()]),
+        notes=_lines(notes),
+    )
+
+
+def write_selection(out_dir: str | Path, selection: Selection, analysis: str) -> Path:
+    out = Path(out_dir)
+    write_json(out / "methods.json", to_data(selection))
+    write_text_atomic(out / "analysis.md", analysis)
+    return out / "methods.json"

@@ -1,0 +1,67 @@
+"""kopt select on the real naive-SGEMM profile from the H200: standalone, and in a run folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import kopt_example_backend
+from kopt_core.jsonio import write_json
+from kopt_core.records.converter import to_data
+from kopt_core.records.state import Env
+from kopt_core.run.init import init_run
+from kopt_core.run.iteration import select_in_run
+from kopt_core.steps.profile import import_profile
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "h200"
+KERNELS = REPO / "examples" / "kopt_example_backend" / "kernels"
+SGEMM = {"flops": 2 * 2048**3, "bytes_min": 4 * 3 * 2048**2}
+
+
+def kopt(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kopt_core.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, KOPT_PLUGINS=""))
+
+
+def test_standalone_selection_writes_methods_and_analysis(tmp_path):
+    import_profile(FIXTURES / "naive_full_raw.csv", tmp_path, workload=SGEMM, peak_dtype="float32")
+    proc = kopt("select", "--roofline", tmp_path / "roofline.json", "--ncu-top", tmp_path / "ncu_top.json",
+                "--dtype", "float32", "--sass", FIXTURES / "naive.sass.txt")
+    assert proc.returncode == 0, proc.stderr
+    methods = json.loads((tmp_path / "methods.json").read_text())
+    roofline = json.loads((tmp_path / "roofline.json").read_text())
+    assert methods["budget"] == roofline["axis_budget"] and methods["bound"] == roofline["bound"]
+    assert len(methods["selected"]) <= sum(roofline["axis_budget"].values())
+    assert all(p["evidence"] for p in methods["selected"])  # every pick says what triggered it
+    assert methods["kernel_tags"]["tensor_core_mma"] is False  # read off the naive SGEMM's SASS
+    for axis, slots in roofline["axis_budget"].items():
+        picked = sum(1 for p in methods["selected"] if p["axis"] == axis)
+        assert picked == slots or axis in methods["underfilled"]  # an unspent slot always says why
+    analysis = (tmp_path / "analysis.md").read_text()
+    assert "## Methods selected" in analysis and "## Methods skipped" in analysis
+    assert "compute.tensor_core" in analysis  # skipped, with its reason
+
+
+def test_standalone_needs_both_files(tmp_path):
+    assert kopt("select", "--roofline", tmp_path / "roofline.json").returncode == 4
+
+
+def test_run_form_writes_into_the_iteration(make_pm, tmp_path):
+    pm = make_pm(kopt_example_backend)
+    for name in ("saxpy.py", "saxpy_ref.py"):
+        shutil.copy(KERNELS / name, tmp_path / name)
+    write_json(tmp_path / "env.json", to_data(Env(backend="pytorch", generation_allowed=True,
+                                                   gpu={"capability": "9.0"})))
+    store = init_run(pm, baseline=tmp_path / "saxpy.py", ref=tmp_path / "saxpy_ref.py", dims={"N": 4096},
+                     env_path=tmp_path / "env.json")
+    folder = store.run_dir / "iterv1"
+    import_profile(FIXTURES / "naive_full_raw.csv", folder, workload=SGEMM, peak_dtype="float32")
+    path = select_in_run(pm, store, 1)
+    methods = json.loads(path.read_text())
+    assert path.parent == folder and methods["arch"] == "sm_90a" and methods["backend"] == "pytorch"
+    assert (folder / "analysis.md").is_file()
