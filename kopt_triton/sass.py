@@ -11,14 +11,11 @@ import importlib.util
 import inspect
 import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
-from kopt_core.errors import HardwareError
+from kopt_core.sass import disassemble_file
 from kopt_core.tools import find_tool
-
-CUOBJDUMP_TIMEOUT_S = 120.0
 
 
 def find_cuobjdump() -> str | None:
@@ -107,20 +104,6 @@ def compile_for(fn: Any, signature: dict, constexprs: dict, arch: int | str = 90
 
 
 def disassemble(cubin_path: str | Path, cuobjdump: str | None = None) -> str:
-    """``cuobjdump --dump-sass`` of a cubin. HardwareError if cuobjdump is missing or fails."""
-    tool = cuobjdump or find_cuobjdump()
-    if tool is None:
-        raise HardwareError(
-            "cuobjdump not found (looked at $TRITON_CUOBJDUMP_PATH, the Triton wheel's backends/nvidia/bin, "
-            "PATH and /usr/local/cuda/bin)",
-            hint="pip install triton (its wheel ships cuobjdump) or the CUDA toolkit",
-        )
-    try:
-        completed = subprocess.run([tool, "--dump-sass", str(cubin_path)], capture_output=True, text=True,
-                                   timeout=CUOBJDUMP_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise HardwareError(f"cannot run {tool} on {cubin_path}: {exc}") from None
-    if completed.returncode != 0:
-        raise HardwareError(f"{tool} --dump-sass {cubin_path} failed (exit {completed.returncode}): "
-                            f"{(completed.stderr or completed.stdout).strip()[:500]}")
-    return completed.stdout
+    """``cuobjdump --dump-sass`` of a cubin, with the wheel's cuobjdump unless another is given (kopt's
+    one disassembler, kopt_core.sass.disassemble_file). Its SassToolError is a HardwareError."""
+    return disassemble_file(cubin_path, cuobjdump or find_cuobjdump())

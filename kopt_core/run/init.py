@@ -12,15 +12,12 @@ import shutil
 from datetime import datetime
 from pathlib import Path
 
-from kopt_core.backends import BackendRegistry
 from kopt_core.errors import ConfigError
-from kopt_core.records import Candidate
 from kopt_core.records.converter import to_data
 from kopt_core.records.state import State
-from kopt_core.reference import load_reference
 from kopt_core.run.layout import baseline_dir, new_run_dir
 from kopt_core.run.store import RunStore, read_env
-from kopt_core.steps.bench import preflight
+from kopt_core.steps.bench import static_contract
 
 NUMERICS_MODES = ("reference", "strict", "approximate")
 
@@ -60,17 +57,9 @@ def init_run(
     """Check the baseline, reference, dims, env.json and options, then create the run folder. Raises
     ConfigError (exit 4) for anything the user must fix; nothing is created in that case."""
     # 1. the static contract: no GPU, no build
-    path = Path(baseline)
-    if not path.is_file():
-        raise ConfigError(f"baseline file {path} does not exist", hint="pass the path of your .cu or .py kernel")
-    registry = BackendRegistry.from_plugins(pm)
-    info = registry.get(backend) if backend else registry.detect(path)
-    reference = load_reference(ref)
-    candidate = Candidate(path=str(path.resolve()), backend=info.name, name=path.stem)
-    report = preflight(pm, candidate, dict(dims), reference)
-    if on_warning:
-        for warning in report.warnings:
-            on_warning(warning)
+    info, _, candidate = static_contract(pm, baseline, ref, dims, backend=backend, on_warning=on_warning,
+                                         what="baseline")
+    path = Path(candidate.path)
 
     # 2. the hardware gate's verdict
     env = read_env(env_path)

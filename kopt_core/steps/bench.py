@@ -53,6 +53,24 @@ class Prepared:
     dims: dict
 
 
+def static_contract(pm, kernel: str | Path, reference: str | Path, dims: dict, *, backend: str | None = None,
+                    on_warning=None, what: str = "kernel") -> tuple[BackendInfo, ReferenceModule, Candidate]:
+    """The file exists, its backend is known, the reference loads, and the contract holds: no GPU, no
+    build. Warnings go to ``on_warning``."""
+    path = Path(kernel)
+    if not path.is_file():
+        raise ConfigError(f"{what} file {path} does not exist", hint="pass the path of your .cu or .py kernel")
+    registry = BackendRegistry.from_plugins(pm)
+    info = registry.get(backend) if backend else registry.detect(path)
+    ref = load_reference(reference)
+    candidate = Candidate(path=str(path.resolve()), backend=info.name, name=path.stem)
+    report = preflight(pm, candidate, dict(dims), ref)
+    for warning in report.warnings:
+        if on_warning:
+            on_warning(warning)
+    return info, ref, candidate
+
+
 def prepare(
     pm,
     kernel: str | Path,
@@ -69,18 +87,9 @@ def prepare(
     """Static checks, toolchain, build, GPU: everything before a worker runs. Raises KoptError (exit 4
     for what the user must fix in their files, 3 for the machine). ``require_gpu=False`` stops after the
     build (the static contract, which needs no GPU)."""
-    path = Path(kernel)
-    if not path.is_file():
-        raise ConfigError(f"kernel file {path} does not exist", hint="pass the path of your .cu or .py kernel")
+    info, ref, candidate = static_contract(pm, kernel, reference, dims, backend=backend, on_warning=on_warning)
+    path = Path(candidate.path)
     registry = BackendRegistry.from_plugins(pm)
-    info = registry.get(backend) if backend else registry.detect(path)
-    ref = load_reference(reference)
-    candidate = Candidate(path=str(path.resolve()), backend=info.name, name=path.stem)
-    report = preflight(pm, candidate, dims, ref)
-    for warning in report.warnings:
-        if on_warning:
-            on_warning(warning)
-
     probe = registry.probe(pm, info.name)
     if not probe.available:
         raise HardwareError(f"the {info.name} backend cannot run here: {probe.reason}")

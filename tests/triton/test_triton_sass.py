@@ -5,6 +5,7 @@ streaming add)."""
 
 from __future__ import annotations
 
+import importlib
 import re
 
 import pytest
@@ -91,5 +92,7 @@ def test_compile_for_names_missing_arguments():
 
 def test_disassemble_without_cuobjdump_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(sass, "find_cuobjdump", lambda: None)
+    verify_module = importlib.import_module("kopt_core.sass.verify")  # the package re-exports a same-named function
+    monkeypatch.setattr(verify_module, "find_tool", lambda tool: None)  # no toolkit copy either
     with pytest.raises(HardwareError, match="cuobjdump not found"):
         sass.disassemble(tmp_path / "missing.cubin")
