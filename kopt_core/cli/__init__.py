@@ -176,7 +176,6 @@ def profile_cmd(args, reference, import_path, dims_json, backend, arch, out_dir,
 
     from kopt_core.dims import parse_dims
     from kopt_core.errors import ConfigError
-    from kopt_core.reference import load_reference
     from kopt_core.steps import profile as steps
     from kopt_core.steps.bench import prepare
 
@@ -193,11 +192,10 @@ def profile_cmd(args, reference, import_path, dims_json, backend, arch, out_dir,
     dims = parse_dims(dims_json, extra)
     limits = steps.load_ceilings(ceilings)
     if import_path:
-        ref = load_reference(reference) if reference else None
-        model = ref.workload(dims) if ref else None
+        model, dtype = steps.reference_evidence(reference, dims)
         outcome = steps.import_profile(
             import_path, Path(out_dir or f"kopt_profile_{Path(import_path).stem}"), ncu_num=ncu_num, workload=model,
-            ceilings=limits, peak_dtype=steps.peak_dtype(model, steps.described_inputs(ref, dims) if ref else []),
+            ceilings=limits, peak_dtype=dtype,
         )
     else:
         if not kernel or not reference:
@@ -387,8 +385,6 @@ def iter_open_cmd(state_path, iteration) -> int:
 def select_cmd(state_path, iteration, roofline_path, ncu_top_path, arch, backend, dtypes, numerics_mode,
                sass_path, out_dir) -> int:
     """Pick methods by the seed's budget-aware priority scan; write methods.json and analysis.md."""
-    from pathlib import Path
-
     from kopt_core.errors import ConfigError
 
     if state_path or iteration:
@@ -400,20 +396,11 @@ def select_cmd(state_path, iteration, roofline_path, ncu_top_path, arch, backend
         return 0
     if not (roofline_path and ncu_top_path):
         raise ConfigError("give --state and --iter, or --roofline and --ncu-top")
-    from kopt_core.steps.select import read_evidence, render_analysis, select_from_evidence, write_selection
+    from kopt_core.steps.select import select_standalone
 
-    roofline, ncu_top = read_evidence(roofline_path, ncu_top_path)
-    mnemonics = None
-    if sass_path:
-        from kopt_core.sass import parse_sass
-
-        mnemonics = list(parse_sass(Path(sass_path).read_text(errors="replace")).instructions)
-    selection = select_from_evidence(roofline, ncu_top, arch=arch, backend=backend, numerics_mode=numerics_mode,
-                                     dtypes=tuple(dtypes), sass_mnemonics=mnemonics)
-    traits = f"kernel traits read from {sass_path}" if sass_path else "kernel traits not read (no --sass)"
-    analysis = render_analysis(selection, roofline, ncu_top, str(roofline_path),
-                               [f"standalone selection: no method history; {traits}"])
-    click.echo(str(write_selection(Path(out_dir or Path(roofline_path).parent), selection, analysis)))
+    click.echo(str(select_standalone(roofline_path, ncu_top_path, arch=arch, backend=backend,
+                                     numerics_mode=numerics_mode, dtypes=tuple(dtypes), sass_path=sass_path,
+                                     out_dir=out_dir)))
     return 0
 
 

@@ -28,7 +28,7 @@ from kopt_core.jsonio import read_json, write_json, write_text_atomic
 from kopt_core.ncu import runner
 from kopt_core.ncu.metrics import load_registry, resolve
 from kopt_core.ncu.parse import attach_findings, parse_details_csv, parse_raw_csv
-from kopt_core.reference import ReferenceModule
+from kopt_core.reference import ReferenceModule, load_reference
 from kopt_core.records import BenchOptions, BenchRequest, BenchResult, ProfileLaunch, ProfileReport, from_data, to_data
 from kopt_core.roofline.ceilings import DEFAULT_CEILINGS
 from kopt_core.roofline.gaps import build_ncu_top, compute_roofline, metric_values
@@ -81,6 +81,15 @@ def described_inputs(ref: ReferenceModule, dims: dict) -> list[tuple[str, int]]:
             rows.append((desc["dtype"], math.prod(desc["shape"]) if isinstance(desc["shape"], (list, tuple))
                          else int(desc["shape"])))
     return rows
+
+
+def reference_evidence(reference: str | Path | None, dims: dict) -> tuple[dict | None, str | None]:
+    """(workload model, peak dtype) a reference file gives for an imported report; (None, None) without."""
+    if reference is None:
+        return None, None
+    ref = load_reference(reference)
+    model = ref.workload(dims)
+    return model, peak_dtype(model, described_inputs(ref, dims))
 
 
 def analyse(

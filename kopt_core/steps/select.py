@@ -61,3 +61,22 @@ def write_selection(out_dir: str | Path, selection: Selection, analysis: str) ->
     write_json(out / "methods.json", to_data(selection))
     write_text_atomic(out / "analysis.md", analysis)
     return out / "methods.json"
+
+
+def select_standalone(roofline_path: str | Path, ncu_top_path: str | Path, *, arch: str, backend: str,
+                      numerics_mode: str = "reference", dtypes: tuple[str, ...] = (),
+                      sass_path: str | Path | None = None, out_dir: str | Path | None = None) -> Path:
+    """``kopt select --roofline R --ncu-top T``: the scan on any profile, without a run's history. A SASS
+    listing, if given, tells the kernel's traits (shared-memory staging, MMA instructions...)."""
+    from kopt_core.sass import parse_sass
+
+    roofline, ncu_top = read_evidence(roofline_path, ncu_top_path)
+    mnemonics = None
+    if sass_path:
+        mnemonics = list(parse_sass(Path(sass_path).read_text(errors="replace")).instructions)
+    selection = select_from_evidence(roofline, ncu_top, arch=arch, backend=backend, numerics_mode=numerics_mode,
+                                     dtypes=tuple(dtypes), sass_mnemonics=mnemonics)
+    traits = f"kernel traits read from {sass_path}" if sass_path else "kernel traits not read (no SASS given)"
+    analysis = render_analysis(selection, roofline, ncu_top, str(roofline_path),
+                               [f"standalone selection: no method history; {traits}"])
+    return write_selection(Path(out_dir or Path(roofline_path).parent), selection, analysis)
