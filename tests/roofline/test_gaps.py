@@ -319,3 +319,18 @@ def test_roofline_round_trip_through_json(tmp_path):
     data = json.loads(json.dumps(to_data(h)))
     assert data["delta_compute"] is None and data["achieved"] is None
     assert from_data(data, Roofline) == h
+
+
+def test_memory_tolerance_allows_the_l2_write_back_of_a_small_working_set():
+    # a 64M-element float32 add (805 MB moved) at 4.38 TB/s against a 4.28 TB/s ceiling: 2.3% over
+    add = {"flops": 64 * 2**20, "bytes_min": 3 * 4 * 64 * 2**20}
+    ms = add["bytes_min"] / 4.38e12 * 1e3
+    with_l2 = Ceilings(device="NVIDIA H200", bandwidth_bytes_per_s=BW, flops_per_s={"float32": FP32},
+                       l2_cache_bytes=50 * 2**20)
+    assert not compute_roofline({}, duration_ms=ms, workload=add, ceilings=with_l2, peak_dtype="float32").below_floor
+    assert compute_roofline({}, duration_ms=ms, workload=add, ceilings=CEILINGS, peak_dtype="float32").below_floor
+    # 64 GiB moved: the same L2 excuses almost nothing, so 2.3% over is flagged again
+    big = {"flops": 0.0, "bytes_min": 64 * 2**30}
+    r = compute_roofline({}, duration_ms=big["bytes_min"] / 4.38e12 * 1e3, workload=big, ceilings=with_l2,
+                         peak_dtype="float32")
+    assert r.below_floor and any("memory more than" in reason for reason in r.reasons)
