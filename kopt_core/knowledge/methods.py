@@ -57,22 +57,53 @@ class Condition:
 
 
 @frozen
+class AllOf:
+    """A conjunction inside a trigger's ``any``: evidence that counts only in combination (a saturated L1
+    *and* a high L1 hit rate mean reuse served from cache)."""
+
+    all: tuple[Condition, ...] = field(converter=tuple)
+
+    @property
+    def conditions(self) -> tuple[Condition, ...]:
+        return self.all
+
+    def holds(self, values: dict[str, float | None]) -> bool:
+        return all(condition.holds(values.get(condition.metric)) for condition in self.all)
+
+
+def _holds(option: "Condition | AllOf", values: dict[str, float | None]) -> bool:
+    return bool(option.holds(values)) if isinstance(option, AllOf) else bool(option.holds(values.get(option.metric)))
+
+
+@frozen
 class Trigger:
-    """Holds when every condition of ``all`` holds and, when ``any`` is given, one of ``any`` holds."""
+    """Holds when every condition of ``all`` holds and, when ``any`` is given, one of ``any`` holds (an
+    ``any`` entry is a condition or an ``AllOf`` group)."""
 
     all: tuple[Condition, ...] = field(default=(), converter=tuple)
-    any: tuple[Condition, ...] = field(default=(), converter=tuple)
+    any: tuple["Condition | AllOf", ...] = field(default=(), converter=tuple)
     why: str = ""
 
+    def conditions(self) -> tuple[Condition, ...]:
+        """Every metric condition, groups flattened."""
+        flat: list[Condition] = list(self.all)
+        for option in self.any:
+            flat.extend(option.conditions if isinstance(option, AllOf) else (option,))
+        return tuple(flat)
+
     def metrics(self) -> tuple[str, ...]:
-        return tuple(condition.metric for condition in (*self.all, *self.any))
+        return tuple(condition.metric for condition in self.conditions())
 
     def holds(self, values: dict[str, float | None]) -> bool:
         """Whether the trigger holds on ``values`` (metric key -> value or None); an unknown metric never
         satisfies a condition."""
-        if not all(condition.holds(values.get(condition.metric)) for condition in self.all):
+        if not all(_holds(condition, values) for condition in self.all):
             return False
-        return not self.any or any(condition.holds(values.get(condition.metric)) for condition in self.any)
+        return not self.any or any(_holds(option, values) for option in self.any)
+
+    def met(self, values: dict[str, float | None]) -> tuple["Condition | AllOf", ...]:
+        """The conditions and groups that hold: the evidence a selection quotes."""
+        return tuple(option for option in (*self.all, *self.any) if _holds(option, values))
 
 
 @frozen
@@ -173,10 +204,13 @@ def _check_consistency(document: dict, where: str) -> None:
                               f"{entry['axis']!r} ({method_id!r} and {priorities[slot]!r})")
         priorities[slot] = method_id
         for part in ("all", "any"):
-            for position, condition in enumerate(entry["trigger"].get(part, ())):
-                if condition["metric"] not in metric_keys:
-                    raise ConfigError(f"{where}: {path}.trigger.{part}[{position}].metric: unknown metric key "
-                                      f"{condition['metric']!r} (not in the metric registry)")
+            for position, option in enumerate(entry["trigger"].get(part, ())):
+                group = option["all"] if "all" in option else [option]
+                for inner, condition in enumerate(group):
+                    at = f"{part}[{position}]" + (f".all[{inner}]" if "all" in option else "")
+                    if condition["metric"] not in metric_keys:
+                        raise ConfigError(f"{where}: {path}.trigger.{at}.metric: unknown metric key "
+                                          f"{condition['metric']!r} (not in the metric registry)")
         for position, skip in enumerate(entry["skip_if"]):
             if skip["kind"] == "metric" and skip["metric"] not in metric_keys:
                 raise ConfigError(f"{where}: {path}.skip_if[{position}].metric: unknown metric key "
@@ -217,6 +251,10 @@ def _condition(entry: dict) -> Condition:
     )
 
 
+def _option(entry: dict) -> Condition | AllOf:
+    return AllOf(all=[_condition(c) for c in entry["all"]]) if "all" in entry else _condition(entry)
+
+
 def _build(document: dict, where: str) -> MethodRegistry:
     methods = []
     for entry in document["methods"]:
@@ -230,7 +268,7 @@ def _build(document: dict, where: str) -> MethodRegistry:
             backends=entry["backends"],
             requires=entry["requires"],
             trigger=Trigger(all=[_condition(c) for c in trigger.get("all", ())],
-                            any=[_condition(c) for c in trigger.get("any", ())], why=trigger["why"]),
+                            any=[_option(c) for c in trigger.get("any", ())], why=trigger["why"]),
             skip_if=[_condition(c) for c in entry["skip_if"]],
             relations=Relations(conflicts=relations["conflicts"], complements=relations["complements"],
                                 same_budget=relations["same_budget"]),

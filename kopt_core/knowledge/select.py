@@ -1,6 +1,7 @@
 """The seed's budget-aware priority scan, deterministic.
 
-For each axis with budget, methods are scanned by priority; a method is skipped when it was selected
+For each axis with budget, methods are scanned by priority (those after the budget fills are recorded as
+not reached); a method is skipped when it was selected
 before, its backend or the architecture lacks what it needs, the numerics mode forbids it, it proved
 ineffective under the same bound, it failed to implement and nobody acknowledged that, a skip condition
 holds, its trigger does not fire on the evidence, it conflicts with a method chosen this round, or its
@@ -14,7 +15,7 @@ import re
 
 from attrs import field, frozen
 
-from kopt_core.knowledge.methods import Condition, Method, MethodRegistry
+from kopt_core.knowledge.methods import AllOf, Condition, Method, MethodRegistry
 
 SELECTION_SCHEMA_VERSION = 1
 AXES = ("compute", "memory", "latency")
@@ -80,7 +81,9 @@ def kernel_tags(mnemonics: list[str] | None) -> dict[str, bool | None]:
     return tags
 
 
-def _condition_text(condition: Condition, values: dict) -> str:
+def _condition_text(condition: Condition | AllOf, values: dict) -> str:
+    if isinstance(condition, AllOf):
+        return "(" + " and ".join(_condition_text(c, values) for c in condition.all) + ")"
     value = values.get(condition.metric)
     shown = "unknown" if value is None else f"{value:.4g}"
     return f"{condition.metric} {condition.op} {condition.value:g} (measured {shown})"
@@ -135,11 +138,13 @@ def select_methods(
             continue
         taken = 0
         for method in registry.by_axis(axis):
-            if taken >= slots:
-                break
 
             def skip(reason: str, method=method) -> None:
                 skipped.append(Skipped(id=method.id, axis=axis, reason=reason))
+
+            if taken >= slots:
+                skip(f"not reached: higher priorities filled the {axis} budget ({slots})")
+                continue
 
             if method.id in selected_before:
                 skip("selected in an earlier iteration")
@@ -179,7 +184,7 @@ def select_methods(
             if group and group in groups_used:
                 skip(f"same-budget group {group!r} already holds a slot this round ({groups_used[group]})")
                 continue
-            met = [c for c in (*method.trigger.all, *method.trigger.any) if c.holds(values.get(c.metric))]
+            met = method.trigger.met(values)
             chosen.append(Picked(id=method.id, axis=axis, priority=method.priority, numerics=method.numerics,
                                  evidence="; ".join(_condition_text(c, values) for c in met)))
             if group:

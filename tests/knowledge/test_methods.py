@@ -124,6 +124,16 @@ def test_trigger_unknown_metric_is_inconclusive(registry):
     assert trigger.holds({"global_load_efficiency_pct": 25.0})
 
 
+def test_a_condition_group_holds_only_when_all_of_it_holds(registry):
+    trigger = registry.get("memory.smem_tiling").trigger
+    saturated_hits = {"l1tex_throughput_pct": 99.0, "l1_hit_rate_pct": 88.0}
+    assert trigger.holds(saturated_hits)
+    assert not trigger.holds({**saturated_hits, "l1_hit_rate_pct": 5.0})  # a busy L1 that misses: streaming
+    assert not trigger.holds({"l1tex_throughput_pct": 99.0})  # the hit rate unknown: never assumed
+    assert set(trigger.metrics()) == {"l1tex_throughput_pct", "l1_hit_rate_pct", "l2_throughput_pct",
+                                      "l2_hit_rate_pct"}
+
+
 # ------------------------------------------------------------------------------------ broken copies
 
 
@@ -146,6 +156,21 @@ def test_unknown_trigger_metric_rejected(tmp_path):
     with pytest.raises(ConfigError, match="unknown metric key 'no_such_metric'") as info:
         load_methods(path)
     assert str(path) in str(info.value)
+
+
+def test_unknown_metric_inside_a_group_rejected_with_its_path(tmp_path):
+    def edit(d):
+        _method(d, "memory.smem_tiling")["trigger"]["any"][0]["all"][1]["metric"] = "no_such_metric"
+    with pytest.raises(ConfigError, match=r"trigger\.any\[0\]\.all\[1\]\.metric: unknown metric key"):
+        load_methods(_broken(tmp_path, edit))
+
+
+def test_a_group_of_one_is_rejected_by_the_schema(tmp_path):
+    def edit(d):
+        _method(d, "memory.smem_tiling")["trigger"]["any"][0]["all"] = [{"metric": "l1_hit_rate_pct", "op": ">=",
+                                                                          "value": 50}]
+    with pytest.raises(ConfigError):
+        load_methods(_broken(tmp_path, edit))
 
 
 def test_asymmetric_conflict_rejected(tmp_path):
@@ -195,3 +220,18 @@ def test_the_catalog_has_one_card_per_method_and_the_template_fills():
     assert fields == {"iteration", "kernel", "bound", "label", "delta_compute", "delta_memory", "delta_latency",
                       "axis_budget", "top_metrics", "selected", "skipped", "underfilled", "notes"}
     assert template.format(**{name: "x" for name in fields}).startswith("# Iteration x")
+
+
+def test_each_card_states_its_methods_priority_and_trigger_metrics():
+    import re
+
+    from kopt_core.refdata import packaged_text
+
+    catalog, _ = packaged_text("optimization_catalog.md")
+    cards = dict(re.findall(r"^### (\S+) .*?\n(.*?)(?=^### |\Z)", catalog, re.M | re.S))
+    for method in load_methods().methods:
+        card = cards[method.id]
+        assert f"priority {method.priority};" in card, method.id
+        evidence = next(line for line in card.splitlines() if line.startswith("- **Evidence"))
+        for metric in method.trigger.metrics():
+            assert f"`{metric}`" in evidence, (method.id, metric)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import kopt_example_backend
 from kopt_core.jsonio import write_json
+from kopt_core.knowledge.methods import load_methods
 from kopt_core.records.converter import to_data
 from kopt_core.records.state import Env
 from kopt_core.run.init import init_run
@@ -45,6 +46,26 @@ def test_standalone_selection_writes_methods_and_analysis(tmp_path):
     analysis = (tmp_path / "analysis.md").read_text()
     assert "## Methods selected" in analysis and "## Methods skipped" in analysis
     assert "compute.tensor_core" in analysis  # skipped, with its reason
+
+
+def test_the_naive_sgemm_gets_what_a_performance_engineer_would_try_first(tmp_path):
+    """L1 at 99% serving 88% hits, loads outnumbering FMAs, no excess sectors: stage tiles in shared memory
+    and compute a register tile per thread; not coalescing (the row operand is a broadcast), not a
+    persistent grid (each wave lives 200 us)."""
+    import_profile(FIXTURES / "naive_full_raw.csv", tmp_path, workload=SGEMM, peak_dtype="float32")
+    assert kopt("select", "--roofline", tmp_path / "roofline.json", "--ncu-top", tmp_path / "ncu_top.json",
+                "--dtype", "float32", "--sass", FIXTURES / "naive.sass.txt").returncode == 0
+    methods = json.loads((tmp_path / "methods.json").read_text())
+    assert [p["id"] for p in methods["selected"]] == ["compute.register_tiling", "memory.smem_tiling"]
+    skipped = {s["id"]: s["reason"] for s in methods["skipped"]}
+    assert "uncoalesced_excess_sectors <= 0" in skipped["memory.coalescing"]
+    assert skipped["compute.persistent_kernel"].startswith("not reached")
+    values = json.loads((tmp_path / "ncu_top.json").read_text())["values"]
+    assert values["waves_per_sm"] >= 2 and values["wave_duration_us"] > 200  # many waves, each long
+    assert not load_methods().get("compute.persistent_kernel").trigger.holds(values)
+    assert skipped["memory.vectorized_access"].startswith("not reached")
+    assert "kernel lacks shared_memory_staging" in skipped["latency.double_buffering"]
+    assert "latency" in methods["underfilled"]
 
 
 def test_standalone_needs_both_files(tmp_path):
