@@ -70,6 +70,15 @@ def kopt_profile(artifact, request):
 
 
 @hookspec(firstresult=True)
+def kopt_disassemble(artifact):
+    """The SASS of ``artifact`` as ``cuobjdump --dump-sass`` text (every kernel it holds), or ``None`` if
+    the artifact is not yours. Raise ``kopt_core.sass.SassToolError`` when the disassembler is missing or
+    fails: kopt records that, and never reads an empty listing as a kernel without instructions.
+    kopt keeps the listing beside each profile (``<name>.sass``) for kernel traits and SASS verification.
+    """
+
+
+@hookspec(firstresult=True)
 def kopt_sass_verify(artifact, signatures, arch, baseline):
     """Disassemble ``artifact`` and check the methods named in ``signatures`` (method ids, looked up in
     references/sass_signatures.json) against its instructions.
@@ -77,7 +86,8 @@ def kopt_sass_verify(artifact, signatures, arch, baseline):
     ``arch`` is the SM the artifact was built for ("sm_90a"); ``baseline`` is the baseline's Artifact for
     rules relative to it, or None. Return a list of ``kopt_core.sass.SassVerdict`` (pass, fail,
     inconclusive, not_applicable, tool_error), or ``None`` if the artifact is not yours. A missing tool or
-    an empty disassembly is never a pass (``kopt_core.sass.verify_file`` keeps that rule).
+    an empty disassembly is never a pass (``kopt_core.sass.verify_artifact`` keeps that rule, over the
+    backend's own ``kopt_disassemble``).
     """
 
 

@@ -110,11 +110,24 @@ def kopt_profile(artifact, request):
 
 
 @hookimpl
-def kopt_sass_verify(artifact, signatures, arch, baseline):
-    """The shared library's SASS, disassembled with the CUDA toolkit's cuobjdump."""
+def kopt_disassemble(artifact):
+    """The shared library's SASS, with the CUDA toolkit's cuobjdump."""
     if artifact.backend != NAME:
         return None
-    from kopt_core.sass import verify_file
+    return disassemble_library(artifact)
 
-    return verify_file(artifact.path, list(signatures), arch or artifact.arch,
-                       baseline.path if baseline is not None else None)
+
+@hookimpl
+def kopt_sass_verify(artifact, signatures, arch, baseline):
+    if artifact.backend != NAME:
+        return None
+    from kopt_core.sass import verify_artifact
+
+    return verify_artifact(disassemble_library, artifact, list(signatures), arch or artifact.arch, baseline)
+
+
+def disassemble_library(artifact) -> str:
+    """``cuobjdump --dump-sass`` of a built shared library (CUDA and CUTLASS artifacts)."""
+    from kopt_core.sass import disassemble_file
+
+    return disassemble_file(artifact.path)

@@ -15,7 +15,7 @@ from kopt_core.errors import HardwareError
 from kopt_core.records import ProfileLaunch
 from kopt_core.records.backend import BackendInfo, ProbeResult
 from kopt_cuda.build import find_nvcc as cuda_find_nvcc
-from kopt_cuda.plugin import compile_solve, preflight_solve
+from kopt_cuda.plugin import compile_solve, disassemble_library, preflight_solve
 from kopt_cutlass.headers import compile_flags, discover
 
 BACKEND = "cutlass"
@@ -115,11 +115,17 @@ def kopt_profile(artifact, request):
 
 
 @hookimpl
-def kopt_sass_verify(artifact, signatures, arch, baseline):
-    """The shared library's SASS, disassembled with the CUDA toolkit's cuobjdump."""
+def kopt_disassemble(artifact):
+    """As for CUDA: the shared library's SASS, CUTLASS's kernels included."""
     if artifact.backend != BACKEND:
         return None
-    from kopt_core.sass import verify_file
+    return disassemble_library(artifact)
 
-    return verify_file(artifact.path, list(signatures), arch or artifact.arch,
-                       baseline.path if baseline is not None else None)
+
+@hookimpl
+def kopt_sass_verify(artifact, signatures, arch, baseline):
+    if artifact.backend != BACKEND:
+        return None
+    from kopt_core.sass import verify_artifact
+
+    return verify_artifact(disassemble_library, artifact, list(signatures), arch or artifact.arch, baseline)

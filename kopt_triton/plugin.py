@@ -131,24 +131,30 @@ def kopt_profile(artifact, request):
 
 
 @hookimpl
-def kopt_sass_verify(artifact, signatures, arch, baseline):
-    """Every cubin Triton compiled for the artifact (its per-artifact cache), read as one listing, with the
+def kopt_disassemble(artifact):
+    """Every cubin Triton compiled for the artifact (its per-artifact cache), as one listing, with the
     cuobjdump the Triton wheel ships."""
     if artifact.backend != BACKEND:
         return None
-    from kopt_core.sass import SassToolError, SassVerdict, disassemble_file, parse_sass, verify
+    return disassemble_cubins(artifact)
+
+
+@hookimpl
+def kopt_sass_verify(artifact, signatures, arch, baseline):
+    if artifact.backend != BACKEND:
+        return None
+    from kopt_core.sass import verify_artifact
+
+    return verify_artifact(disassemble_cubins, artifact, list(signatures), arch or artifact.arch or "sm_90a",
+                           baseline)
+
+
+def disassemble_cubins(artifact) -> str:
+    from kopt_core.sass import SassToolError, disassemble_file
     from kopt_triton.launch import CACHE_FOLDER
     from kopt_triton.sass import find_cuobjdump
 
-    def listing(of):
-        cubins = sorted((Path(of.path).parent / CACHE_FOLDER).rglob("*.cubin"))
-        if not cubins:
-            raise SassToolError(f"no cubin for {of.source}: run it once (kopt bench) so that Triton compiles it")
-        return parse_sass("\n".join(disassemble_file(c, find_cuobjdump()) for c in cubins))
-
-    try:
-        candidate = listing(artifact)
-        reference = listing(baseline) if baseline is not None else None
-    except SassToolError as error:
-        return [SassVerdict(method=m, status="tool_error", expected="", reason=str(error)) for m in signatures]
-    return verify(candidate, list(signatures), arch=arch or artifact.arch or "sm_90a", baseline=reference)
+    cubins = sorted((Path(artifact.path).parent / CACHE_FOLDER).rglob("*.cubin"))
+    if not cubins:
+        raise SassToolError(f"no cubin for {artifact.source}: run it once (kopt bench) so that Triton compiles it")
+    return "\n".join(disassemble_file(cubin, find_cuobjdump()) for cubin in cubins)

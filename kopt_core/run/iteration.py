@@ -89,7 +89,8 @@ def open_iteration(pm, store: RunStore, iteration: int) -> Path:
 def profile_in_run(pm, store: RunStore, iteration: int, which: str) -> Path:
     """``kopt profile --state S --iter I --which best_input|kernel``: profile the run's current best (the
     input of iteration I) or iteration I's champion (``iterv{I}/kernel.<ext>``) into ``iterv{I}/``, with
-    the run's first metric bundle. Returns the report's path."""
+    the run's first metric bundle; the champion's JSON files are ``kernel_ncu_top.json``,
+    ``kernel_roofline.json`` and ``kernel_profile.json``. Returns the report's path."""
     if which not in ("best_input", "kernel"):
         raise ConfigError(f"--which must be best_input or kernel, not {which!r}")
     with store.locked(f"profile_{which}"):
@@ -109,7 +110,8 @@ def profile_in_run(pm, store: RunStore, iteration: int, which: str) -> Path:
             prepared = prepare(pm, kernel, state.ref_file, dict(state.dims), backend=state.backend,
                                purpose="profile it")
             outcome = profile_prepared(pm, prepared, folder, name=which, ncu_num=state.ncu_num,
-                                       ceilings=ceilings_of(state), force_bundle=_first_bundle(state))
+                                       ceilings=ceilings_of(state), force_bundle=_first_bundle(state),
+                                       prefix="" if which == "best_input" else f"{which}_")
         except KoptError as error:
             stop_on_failure(store, f"profile_{which}", error, iteration=iteration)
         return Path(outcome.summary["report"])
@@ -119,7 +121,8 @@ def select_in_run(pm, store: RunStore, iteration: int) -> Path:
     """``kopt select --state S --iter I``: methods.json and analysis.md in iterv{I}/ from its best_input
     profile, the run's method history and its numerics mode."""
     from kopt_core.hardware import arch_for_capability
-    from kopt_core.steps.select import read_evidence, render_analysis, select_from_evidence, write_selection
+    from kopt_core.steps.select import (read_evidence, read_traits, render_analysis, select_from_evidence,
+                                        write_selection)
 
     with store.locked("select"):
         state = store.load()
@@ -136,11 +139,13 @@ def select_in_run(pm, store: RunStore, iteration: int) -> Path:
         bench = Path(state.run_dir) / "baseline" / "bench.json"
         dtypes = tuple(b["dtype"] for b in read_json(bench).get("buffers", []) if b["role"] != "output") \
             if bench.is_file() else ()
+        mnemonics, traits = read_traits(profile_dir=folder)
         selection = select_from_evidence(
             roofline, ncu_top, arch=arch_for_capability(str(capability)), backend=state.backend,
             iteration=iteration, numerics_mode=state.numerics_mode, selected_before=state.selected_methods,
             ineffective=ineffective, implementation_failed=state.implementation_failed_methods, dtypes=dtypes,
+            sass_mnemonics=mnemonics,
         )
-        notes = ["kernel traits (kernel_has / kernel_lacks skip conditions) were not read: no SASS listing given"]
+        notes = [traits]
         return write_selection(folder, selection, render_analysis(selection, roofline, ncu_top, state.best_file,
                                                                    notes))

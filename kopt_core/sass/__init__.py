@@ -16,8 +16,9 @@ from kopt_core.sass.verify import (
     load_signatures,
     parse_sass,
     verify,
+    verify_artifact,
     verify_file,
 )
 
 __all__ = ["SassFunction", "SassListing", "SassToolError", "SassVerdict", "disassemble_file",
-           "load_signatures", "parse_sass", "verify", "verify_file"]
+           "load_signatures", "parse_sass", "verify", "verify_artifact", "verify_file"]

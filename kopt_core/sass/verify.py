@@ -20,7 +20,7 @@ import re
 import subprocess
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from attrs import field, frozen
 
@@ -319,14 +319,21 @@ def disassemble_file(path: str | Path, cuobjdump: str | None = None) -> str:
     return completed.stdout
 
 
-def verify_file(path: str | Path, methods: Sequence[str], arch: str, baseline_path: str | Path | None = None,
-                *, signatures: SignatureSet | None = None, cuobjdump: str | None = None) -> list[SassVerdict]:
-    """Disassemble ``path`` (and ``baseline_path``) and verify; a missing or failing cuobjdump gives
-    "tool_error" verdicts, never a pass."""
+def verify_artifact(disassemble: Callable[[Any], str], target: Any, methods: Sequence[str], arch: str,
+                    baseline: Any = None, *, signatures: SignatureSet | None = None) -> list[SassVerdict]:
+    """Disassemble ``target`` (and ``baseline``) with ``disassemble`` and verify; a missing or failing
+    disassembler gives "tool_error" verdicts, never a pass."""
     try:
-        listing = parse_sass(disassemble_file(path, cuobjdump))
-        baseline = parse_sass(disassemble_file(baseline_path, cuobjdump)) if baseline_path is not None else None
+        listing = parse_sass(disassemble(target))
+        reference = parse_sass(disassemble(baseline)) if baseline is not None else None
     except SassToolError as error:
         return [SassVerdict(method=method, status="tool_error", expected="", reason=str(error))
                 for method in methods]
-    return verify(listing, methods, arch=arch, baseline=baseline, signatures=signatures)
+    return verify(listing, methods, arch=arch, baseline=reference, signatures=signatures)
+
+
+def verify_file(path: str | Path, methods: Sequence[str], arch: str, baseline_path: str | Path | None = None,
+                *, signatures: SignatureSet | None = None, cuobjdump: str | None = None) -> list[SassVerdict]:
+    """``verify_artifact`` over files disassembled with ``cuobjdump`` (or the CUDA toolkit's)."""
+    return verify_artifact(lambda path: disassemble_file(path, cuobjdump), path, methods, arch, baseline_path,
+                           signatures=signatures)

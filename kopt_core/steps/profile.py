@@ -8,9 +8,12 @@ registry, and write what an engineer or the method selection reads next:
     <out>/ncu_top.json       the top ncu_num metrics per axis, with the bundle and why
     <out>/roofline.json      the seed's deltas, bound, near_peak and axis budget
     <out>/roofline.png       the kernel on the roofline (or the gaps, without a workload model)
-    <out>/profile.json       attempts, kernels, ncu's time against kopt's, what this cost
+    <out>/profile.json       attempts, kernels, ncu's time against kopt's, the SASS file, what this cost
+    <out>/<name>.sass        the kernel's SASS (the backend's kopt_disassemble), for traits and checks
 
-The run issue calls ``profile_prepared`` with ``out_dir = iterv{i}`` and ``name = best_input | kernel``.
+In a run, ``out_dir = iterv{i}`` and ``name = best_input`` (the iteration's evidence) or ``kernel`` (its
+champion, whose JSON files take the prefix ``kernel_`` so that they never replace the evidence the
+iteration's methods were selected on).
 """
 
 from __future__ import annotations
@@ -102,8 +105,10 @@ def analyse(
     workload: dict | None,
     ceilings: Ceilings,
     peak_dtype: str | None,
+    prefix: str = "",
 ) -> tuple[NcuTop, Roofline]:
-    """ncu_top.json, roofline.json and roofline.png from a parsed report (live or imported)."""
+    """ncu_top.json, roofline.json and roofline.png (each after ``prefix``) from a parsed report (live or
+    imported)."""
     registry = load_registry()
     kernel = report.aggregate
     rows = [
@@ -115,9 +120,9 @@ def analyse(
     roofline = compute_roofline(metric_values(rows), duration_ms=kernel.duration_ms, workload=workload,
                                 ceilings=ceilings, peak_dtype=peak_dtype)
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_json(out_dir / "ncu_top.json", to_data(ncu_top))
-    write_json(out_dir / "roofline.json", to_data(roofline))
-    plot_roofline(roofline, out_dir / "roofline.png")
+    write_json(out_dir / f"{prefix}ncu_top.json", to_data(ncu_top))
+    write_json(out_dir / f"{prefix}roofline.json", to_data(roofline))
+    plot_roofline(roofline, out_dir / f"{prefix}roofline.png")
     return ncu_top, roofline
 
 
@@ -128,6 +133,21 @@ def _read_report(report_path: Path, out_dir: Path, name: str) -> ProfileReport:
     details = runner.export_csv(report_path, "details")
     write_text_atomic(out_dir / f"{name}.details.csv", details)
     return attach_findings(parsed, parse_details_csv(details))
+
+
+def keep_disassembly(pm, artifact, path: Path) -> dict:
+    """Write the artifact's SASS (the backend's ``kopt_disassemble``) to ``path``, for kernel traits and
+    SASS verification later. Returns what profile.json records: the file, or why there is none."""
+    from kopt_core.sass import SassToolError
+
+    try:
+        text = pm.hook.kopt_disassemble(artifact=artifact)
+    except SassToolError as error:
+        return {"file": None, "error": str(error)}
+    if not text or not text.strip():
+        return {"file": None, "error": f"the {artifact.backend} backend gave no SASS listing"}
+    write_text_atomic(path, text)
+    return {"file": path.name, "error": None}
 
 
 def profile_prepared(
@@ -142,6 +162,7 @@ def profile_prepared(
     ncu_timeout_s: float = 600.0,
     full_timeout_s: float | None = None,
     bench: BenchResult | None = None,
+    prefix: str = "",
 ) -> ProfileOutcome:
     """Profile a prepared kernel. ``bench`` is a BenchResult of it, if one was just measured (the seed
     step has one); otherwise a short check and timing runs first."""
@@ -166,8 +187,10 @@ def profile_prepared(
     ncu_top, roofline = analyse(
         report, out_dir, ncu_num=ncu_num, bundle=bundle, bundle_reason=reason, workload=model, ceilings=ceilings,
         peak_dtype=peak_dtype(model, [(b.dtype, b.bytes) for b in bench.buffers if b.role != "output"]),
+        prefix=prefix,
     )
     ncu_ms = report.aggregate.duration_ms
+    sass = keep_disassembly(pm, prepared.artifact, out_dir / f"{name}.sass")
     summary = {
         "schema_version": PROFILE_SCHEMA_VERSION,
         "kernel_file": prepared.candidate.path,
@@ -183,9 +206,10 @@ def profile_prepared(
         "harness_median_ms": harness_ms,
         "harness_over_ncu": (harness_ms / ncu_ms - 1) if ncu_ms else None,
         "ncu_seconds": sum(a.seconds for a in attempts),
+        "sass": sass,
         "total_seconds": time.perf_counter() - started,
     }
-    write_json(out_dir / "profile.json", summary)
+    write_json(out_dir / f"{prefix}profile.json", summary)
     return ProfileOutcome(out_dir=out_dir, report=report, ncu_top=ncu_top, roofline=roofline, summary=summary)
 
 

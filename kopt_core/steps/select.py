@@ -63,20 +63,41 @@ def write_selection(out_dir: str | Path, selection: Selection, analysis: str) ->
     return out / "methods.json"
 
 
+def read_traits(sass_path: str | Path | None = None, *, profile_dir: str | Path | None = None) -> tuple[list[str] | None, str]:
+    """The kernel's SASS mnemonics (for kernel_has / kernel_lacks skip conditions) and a note saying
+    where they came from: ``sass_path`` when given, else the listing the profile in ``profile_dir`` kept
+    (its profile.json names it). None when there is none: those skip conditions are then not applied."""
+    from kopt_core.sass import parse_sass
+
+    if sass_path is None and profile_dir is not None:
+        summary = Path(profile_dir) / "profile.json"
+        info = (read_json(summary).get("sass") or {}) if summary.is_file() else {}
+        if not info.get("file"):
+            why = info.get("error") or f"{summary} names no SASS listing"
+            return None, f"kernel traits not read ({why}): kernel_has / kernel_lacks skips not applied"
+        sass_path = Path(profile_dir) / info["file"]
+    if sass_path is None:
+        return None, "kernel traits not read (no SASS given): kernel_has / kernel_lacks skips not applied"
+    try:
+        listing = parse_sass(Path(sass_path).read_text(errors="replace"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read the SASS listing {sass_path}: {exc}") from None
+    if listing.empty:
+        return None, f"kernel traits not read ({sass_path} has no instructions): kernel_has / kernel_lacks " \
+                     "skips not applied"
+    return list(listing.instructions), f"kernel traits read from {sass_path}"
+
+
 def select_standalone(roofline_path: str | Path, ncu_top_path: str | Path, *, arch: str, backend: str,
                       numerics_mode: str = "reference", dtypes: tuple[str, ...] = (),
                       sass_path: str | Path | None = None, out_dir: str | Path | None = None) -> Path:
-    """``kopt select --roofline R --ncu-top T``: the scan on any profile, without a run's history. A SASS
-    listing, if given, tells the kernel's traits (shared-memory staging, MMA instructions...)."""
-    from kopt_core.sass import parse_sass
-
+    """``kopt select --roofline R --ncu-top T``: the scan on any profile, without a run's history. The
+    kernel's traits (shared-memory staging, MMA instructions...) come from ``sass_path``, else from the
+    SASS listing kopt profile kept beside roofline.json."""
     roofline, ncu_top = read_evidence(roofline_path, ncu_top_path)
-    mnemonics = None
-    if sass_path:
-        mnemonics = list(parse_sass(Path(sass_path).read_text(errors="replace")).instructions)
+    mnemonics, traits = read_traits(sass_path, profile_dir=Path(roofline_path).parent)
     selection = select_from_evidence(roofline, ncu_top, arch=arch, backend=backend, numerics_mode=numerics_mode,
                                      dtypes=tuple(dtypes), sass_mnemonics=mnemonics)
-    traits = f"kernel traits read from {sass_path}" if sass_path else "kernel traits not read (no SASS given)"
     analysis = render_analysis(selection, roofline, ncu_top, str(roofline_path),
                                [f"standalone selection: no method history; {traits}"])
     return write_selection(Path(out_dir or Path(roofline_path).parent), selection, analysis)

@@ -68,8 +68,20 @@ def test_seed_and_open_produce_the_seed_layout(tmp_path, env_json, kernel, ref, 
     assert state["run_status"] == "running" and state["best_metric_ms"] > 0
     baseline_bundle = json.loads((run / "baseline" / "profile.json").read_text())["bundle"]
     assert json.loads((run / "iterv1" / "profile.json").read_text())["bundle"] == baseline_bundle
+    # the profile kept the kernel's SASS, and selection reads the kernel's traits from it
+    assert json.loads((run / "iterv1" / "profile.json").read_text())["sass"] == {"file": "best_input.sass",
+                                                                                  "error": None}
+    selected = kopt("select", "--state", run / "state.json", "--iter", "1")
+    assert selected.returncode == 0, selected.stderr
+    methods = json.loads((run / "iterv1" / "methods.json").read_text())
+    tags = methods["kernel_tags"]
+    assert None not in (tags["tensor_core_mma"], tags["shared_memory_staging"])  # read, not unknown
+    assert tags["tensor_core_mma"] is (kernel.parent.name == "gemm_sm80_tensorop")
+    if kernel.parent.name != "softmax":  # a Triton row reduction may exchange partials through shared memory
+        assert tags["shared_memory_staging"] is (kernel.parent.name == "gemm_sm80_tensorop")
     print(f"\n[{kernel.parent.name}] baseline {state['best_metric_ms']:.4f} ms; "
-          f"roofline {json.loads((run / 'iterv1' / 'roofline.json').read_text())['axis_budget']}")
+          f"roofline {json.loads((run / 'iterv1' / 'roofline.json').read_text())['axis_budget']}; "
+          f"selected {[p['id'] for p in methods['selected']]}")
 
 
 def test_a_baseline_that_fails_correctness_stops_with_exit_2(tmp_path, env_json):

@@ -85,4 +85,12 @@ def test_run_form_writes_into_the_iteration(make_pm, tmp_path):
     path = select_in_run(pm, store, 1)
     methods = json.loads(path.read_text())
     assert path.parent == folder and methods["arch"] == "sm_90a" and methods["backend"] == "pytorch"
-    assert (folder / "analysis.md").is_file()
+    assert set(methods["kernel_tags"].values()) == {None}  # the profile kept no SASS: traits unknown
+    assert "kernel traits not read" in (folder / "analysis.md").read_text()
+    # with the listing the profile keeps, the kernel's traits decide the kernel_has / kernel_lacks skips
+    shutil.copy(FIXTURES / "naive.sass.txt", folder / "best_input.sass")
+    write_json(folder / "profile.json", {**json.loads((folder / "profile.json").read_text()),
+                                         "sass": {"file": "best_input.sass", "error": None}})
+    methods = json.loads(select_in_run(pm, store, 1).read_text())
+    assert methods["kernel_tags"]["shared_memory_staging"] is False and methods["kernel_tags"]["wgmma"] is False
+    assert f"kernel traits read from {folder / 'best_input.sass'}" in (folder / "analysis.md").read_text()
