@@ -127,6 +127,7 @@ class Method:
     numerics: str
     sass_signature: str
     summary: str
+    lowers_floor: bool = False  # changes the work or the peak the roofline floor is computed from
 
 
 def _index(registry: "MethodRegistry") -> dict[str, Method]:
@@ -274,6 +275,7 @@ def _build(document: dict, where: str) -> MethodRegistry:
                                 same_budget=relations["same_budget"]),
             numerics=entry["numerics"],
             sass_signature=entry["sass_signature"],
+            lowers_floor=entry.get("lowers_floor", False),
             summary=entry["summary"],
         ))
     return MethodRegistry(

@@ -20,6 +20,9 @@ from kopt_core.knowledge.methods import AllOf, Condition, Method, MethodRegistry
 SELECTION_SCHEMA_VERSION = 1
 AXES = ("compute", "memory", "latency")
 AXIS_CAP = 2
+# A kernel within 10% of its roofline floor (floor_ms / duration_ms >= 0.9) has at most 10% left for any
+# method that keeps its work and the peak it is measured against: only floor-lowering methods are tried.
+NEAR_FLOOR = 0.90
 
 # Kernel traits read off the current kernel's SASS (mnemonics only). A trait that no listing can show
 # (block_reduction, cooperative_grid_sync) stays unknown, and a skip condition on it is not applied.
@@ -28,9 +31,12 @@ TAG_PATTERNS = {
     "shared_memory_staging": r"^(STS|LDS|LDGSTS|LDSM|UTMALDG)\b",
     "tensor_core_mma": r"^(HMMA|IMMA|HGMMA|QGMMA|IGMMA|BGMMA)\b",
     "transcendentals": r"^MUFU\b",
+    "tma": r"^(UTMALDG|UTMASTG|UTMAREDG|UBLKCP)\b",
     "warp_specialized": r"^USETMAXREG\b",
     "wgmma": r"^(HGMMA|QGMMA|IGMMA|BGMMA)\b",
 }
+TAGS = ("atomics", "block_reduction", "cooperative_grid_sync", "multi_kernel", "shared_memory_staging",
+        "tensor_core_mma", "tma", "transcendentals", "warp_specialized", "wgmma")
 
 
 @frozen
@@ -63,6 +69,7 @@ class Selection:
     skipped: tuple[Skipped, ...] = field(default=(), converter=tuple)
     underfilled: dict = field(factory=dict)  # axis -> why its budget was not spent
     kernel_tags: dict = field(factory=dict)  # trait -> true / false / null (unknown)
+    floor_share: float | None = None  # roofline floor_ms / duration_ms (1.0 = at the floor); None = no roofline
     schema_version: int = SELECTION_SCHEMA_VERSION
 
     @property
@@ -70,14 +77,15 @@ class Selection:
         return tuple(p.id for p in self.selected)
 
 
-def kernel_tags(mnemonics: list[str] | None) -> dict[str, bool | None]:
-    """Which traits the kernel's SASS shows; None for each when there is no listing."""
-    tags: dict[str, bool | None] = {tag: None for tag in ("atomics", "block_reduction", "cooperative_grid_sync",
-                                                           "shared_memory_staging", "tensor_core_mma",
-                                                           "transcendentals", "warp_specialized", "wgmma")}
+def kernel_tags(mnemonics: list[str] | None, *, kernels: int | None = None) -> dict[str, bool | None]:
+    """Which traits the kernel's SASS shows (None for each when there is no listing), and whether the
+    profiled solve launched more than one kernel (``kernels``: the profile's kernel count)."""
+    tags: dict[str, bool | None] = {tag: None for tag in TAGS}
     if mnemonics:
         for tag, pattern in TAG_PATTERNS.items():
             tags[tag] = any(re.match(pattern, m) for m in mnemonics)
+    if kernels:
+        tags["multi_kernel"] = kernels > 1
     return tags
 
 
@@ -124,9 +132,11 @@ def select_methods(
     acknowledged: tuple[str, ...] = (),
     dtypes: tuple[str, ...] = (),
     sass_mnemonics: list[str] | None = None,
+    floor_share: float | None = None,
+    kernels: int | None = None,
 ) -> Selection:
     ineffective = ineffective or {}
-    tags = kernel_tags(sass_mnemonics)
+    tags = kernel_tags(sass_mnemonics, kernels=kernels)
     dtype_set = set(dtypes)
     chosen: list[Picked] = []
     skipped: list[Skipped] = []
@@ -162,6 +172,10 @@ def select_methods(
             if numerics_mode == "strict" and method.numerics not in ("bitwise_preserving", "preconditioned"):
                 skip("strict numerics admit only bitwise-preserving or preconditioned methods")
                 continue
+            if floor_share is not None and floor_share >= NEAR_FLOOR and not method.lowers_floor:
+                skip(f"the kernel runs at {floor_share:.0%} of its roofline floor: a method that keeps the work "
+                     f"and the peak can gain at most {1 - floor_share:.0%}")
+                continue
             if method.id in ineffective and ineffective[method.id] == bound:
                 skip(f"proved ineffective under the same bound ({bound}); blocked until the bottleneck changes")
                 continue
@@ -191,8 +205,12 @@ def select_methods(
                 groups_used[group] = method.id
             taken += 1
         if taken < slots:
+            near = floor_share is not None and floor_share >= NEAR_FLOOR
             underfilled[axis] = (f"{slots - taken} of {slots} slot(s) left: no further method on this axis passed "
-                                 "every gate (see skipped); no filler is added")
+                                 "every gate (see skipped)"
+                                 + (f"; the kernel runs at {floor_share:.0%} of its roofline floor, so only a "
+                                    "method that lowers the floor could still pay" if near else "")
+                                 + "; no filler is added")
     return Selection(iteration=iteration, arch=arch, backend=backend, numerics_mode=numerics_mode, bound=bound,
                      budget={axis: int(budget.get(axis, 0)) for axis in AXES}, selected=chosen, skipped=skipped,
-                     underfilled=underfilled, kernel_tags=tags)
+                     underfilled=underfilled, kernel_tags=tags, floor_share=floor_share)

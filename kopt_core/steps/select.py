@@ -26,9 +26,18 @@ def read_evidence(roofline_path: str | Path, ncu_top_path: str | Path) -> tuple[
     return roofline, ncu_top
 
 
+def floor_share(roofline: Roofline) -> float | None:
+    """How close the kernel runs to its roofline floor (floor_ms / duration_ms; 1.0 = at the floor), or
+    None without a real roofline (no workload model: the bottleneck-gap heuristic)."""
+    if roofline.label != "roofline" or not roofline.floor_ms or not roofline.duration_ms:
+        return None
+    return roofline.floor_ms / roofline.duration_ms
+
+
 def select_from_evidence(roofline: Roofline, ncu_top: NcuTop, **context) -> Selection:
     return select_methods(load_methods(), budget=dict(roofline.axis_budget), values=dict(ncu_top.values),
-                          bound=roofline.bound, **context)
+                          bound=roofline.bound, floor_share=floor_share(roofline), kernels=ncu_top.kernels,
+                          **context)
 
 
 def _lines(rows: list[str]) -> str:
@@ -47,6 +56,8 @@ def render_analysis(selection: Selection, roofline: Roofline, ncu_top: NcuTop, k
         delta_compute=gap(roofline.delta_compute), delta_memory=gap(roofline.delta_memory),
         delta_latency=gap(roofline.delta_latency),
         axis_budget=", ".join(f"{k} {v}" for k, v in selection.budget.items()),
+        floor_share="unknown (no workload roofline)" if selection.floor_share is None
+        else f"{selection.floor_share:.3f}",
         top_metrics=_lines(top),
         selected=_lines([f"`{p.id}` ({p.axis}, priority {p.priority}, {p.numerics}): {p.evidence}; card "
                          f"`{p.id}` in references/optimization_catalog.md" for p in selection.selected]),

@@ -218,7 +218,8 @@ def test_the_catalog_has_one_card_per_method_and_the_template_fills():
     template, _ = packaged_text("templates/iteration_report.md")
     fields = {name for _, name, _, _ in string.Formatter().parse(template) if name}
     assert fields == {"iteration", "kernel", "bound", "label", "delta_compute", "delta_memory", "delta_latency",
-                      "axis_budget", "top_metrics", "selected", "skipped", "underfilled", "notes"}
+                      "axis_budget", "floor_share", "top_metrics", "selected", "skipped", "underfilled",
+                      "notes"}
     assert template.format(**{name: "x" for name in fields}).startswith("# Iteration x")
 
 

@@ -49,13 +49,30 @@ def test_budget_is_capped_per_axis(registry):
 
 
 def test_arch_gate_is_explicit(registry):
-    values = {"tensor_pipe_utilization_pct": 5.0, "sm_throughput_pct": 60.0}
+    # an mma.sync GEMM (the tensor pipe in use): warpgroup MMA is the next step on sm_90a only
+    values = {"tensor_pipe_utilization_pct": 60.0, "sm_throughput_pct": 60.0}
     on_hopper = pick(registry, values=values, dtypes=("float16",), budget={"compute": 2, "memory": 0, "latency": 0})
     on_ampere = pick(registry, values=values, dtypes=("float16",), arch="sm_80",
                      budget={"compute": 2, "memory": 0, "latency": 0})
-    assert "compute.wgmma" in on_hopper.ids or "compute.tensor_core" in on_hopper.ids
+    assert "compute.wgmma" in on_hopper.ids
     assert "compute.wgmma" not in on_ampere.ids
     assert any("sm_80 lacks wgmma" in r for r in reasons(on_ampere, "compute.wgmma"))
+
+
+def test_near_the_roofline_floor_only_floor_lowering_methods_are_tried(registry):
+    # the H200 Triton softmax: 98% of its floor, DRAM busy; its budget still holds compute and latency slots
+    values = {"warp_stall_long_scoreboard_pct": 44.0, "warp_stall_barrier_pct": 18.0, "dram_throughput_pct": 83.5,
+              "waves_per_sm": 20.7, "wave_duration_us": 6.2, "fma_pipe_utilization_pct": 15.0}
+    budget = {"compute": 2, "memory": 1, "latency": 1}
+    near = pick(registry, values=values, budget=budget, floor_share=0.98, kernels=2, dtypes=("float32",))
+    assert near.ids == ("memory.kernel_fusion",)  # fewer bytes is the only way under the floor
+    assert "98% of its roofline floor" in reasons(near, "compute.persistent_kernel")[0]
+    assert "98% of its roofline floor" in reasons(near, "latency.double_buffering")[0]
+    assert set(near.underfilled) == {"compute", "latency"} and near.floor_share == 0.98
+    single = pick(registry, values=values, budget=budget, floor_share=0.98, kernels=1, dtypes=("float32",))
+    assert single.ids == () and "solve launches one kernel" in reasons(single, "memory.kernel_fusion")[0]
+    far = pick(registry, values=values, budget=budget, floor_share=0.5, kernels=1, dtypes=("float32",))
+    assert "compute.persistent_kernel" in far.ids  # half the floor: the same evidence counts again
 
 
 def test_one_member_of_a_same_budget_group_per_round(registry):

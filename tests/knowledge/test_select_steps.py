@@ -85,7 +85,9 @@ def test_run_form_writes_into_the_iteration(make_pm, tmp_path):
     path = select_in_run(pm, store, 1)
     methods = json.loads(path.read_text())
     assert path.parent == folder and methods["arch"] == "sm_90a" and methods["backend"] == "pytorch"
-    assert set(methods["kernel_tags"].values()) == {None}  # the profile kept no SASS: traits unknown
+    sass_traits = {k: v for k, v in methods["kernel_tags"].items() if k != "multi_kernel"}
+    assert set(sass_traits.values()) == {None}  # the profile kept no SASS: traits unknown
+    assert methods["kernel_tags"]["multi_kernel"] is False  # the profile holds one kernel
     assert "kernel traits not read" in (folder / "analysis.md").read_text()
     # with the listing the profile keeps, the kernel's traits decide the kernel_has / kernel_lacks skips
     shutil.copy(FIXTURES / "naive.sass.txt", folder / "best_input.sass")
