@@ -176,15 +176,24 @@ class MethodRegistry:
 # --------------------------------------------------------------------------------------------- loading
 
 
-def _metric_keys() -> frozenset[str]:
+# Evidence keys a trigger may name beside the metric registry's: values kopt derives from a profile and
+# its roofline together (``kopt_core.steps.select.roofline_evidence``); unknown without a workload model.
+ROOFLINE_EVIDENCE = {
+    "dram_excess_ratio": "ncu's DRAM bytes over the workload model's bytes_min: how many times the kernel's "
+                         "minimum traffic went through DRAM (1.0 = every byte once)",
+}
+
+
+def evidence_keys() -> frozenset[str]:
+    """Every key a trigger or metric skip may name: the metric registry's and ``ROOFLINE_EVIDENCE``."""
     from kopt_core.ncu.metrics import load_registry
 
-    return frozenset(load_registry().keys())
+    return frozenset(load_registry().keys()) | frozenset(ROOFLINE_EVIDENCE)
 
 
 def _check_consistency(document: dict, where: str) -> None:
     """What the JSON Schema cannot say (see the module docstring)."""
-    metric_keys = _metric_keys()
+    metric_keys = evidence_keys()
     features = {feature for listed in document["architectures"].values() for feature in listed}
     ids: dict[str, int] = {}
     priorities: dict[tuple[str, int], str] = {}
@@ -211,11 +220,11 @@ def _check_consistency(document: dict, where: str) -> None:
                     at = f"{part}[{position}]" + (f".all[{inner}]" if "all" in option else "")
                     if condition["metric"] not in metric_keys:
                         raise ConfigError(f"{where}: {path}.trigger.{at}.metric: unknown metric key "
-                                          f"{condition['metric']!r} (not in the metric registry)")
+                                          f"{condition['metric']!r} (not in the metric registry nor ROOFLINE_EVIDENCE)")
         for position, skip in enumerate(entry["skip_if"]):
             if skip["kind"] == "metric" and skip["metric"] not in metric_keys:
                 raise ConfigError(f"{where}: {path}.skip_if[{position}].metric: unknown metric key "
-                                  f"{skip['metric']!r} (not in the metric registry)")
+                                  f"{skip['metric']!r} (not in the metric registry nor ROOFLINE_EVIDENCE)")
         for position, feature in enumerate(entry["requires"]):
             if feature not in features:
                 raise ConfigError(f"{where}: {path}.requires[{position}]: feature {feature!r} is not defined "

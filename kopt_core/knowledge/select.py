@@ -1,9 +1,9 @@
 """The seed's budget-aware priority scan, deterministic.
 
 For each axis with budget, methods are scanned by priority (those after the budget fills are recorded as
-not reached); a method is skipped when it was selected
-before, its backend or the architecture lacks what it needs, the numerics mode forbids it, it proved
-ineffective under the same bound, it failed to implement and nobody acknowledged that, a skip condition
+not reached); a method is skipped when it was selected before, its backend or the architecture lacks
+what it needs, the numerics mode forbids it, the kernel already runs within 10% of its roofline floor
+and the method cannot lower that floor, it proved ineffective under the same bound, it failed to implement and nobody acknowledged that, a skip condition
 holds, its trigger does not fire on the evidence, it conflicts with a method chosen this round, or its
 same-budget group already holds a slot this round. A budget left unfilled says why; no filler is ever
 added. Every decision is recorded with its reason.
@@ -28,6 +28,7 @@ NEAR_FLOOR = 0.90
 # (block_reduction, cooperative_grid_sync) stays unknown, and a skip condition on it is not applied.
 TAG_PATTERNS = {
     "atomics": r"^(ATOMG|ATOM|RED)\b",
+    "read_only_loads": r"^LDG\..*CONSTANT",
     "shared_memory_staging": r"^(STS|LDS|LDGSTS|LDSM|UTMALDG)\b",
     "tensor_core_mma": r"^(HMMA|IMMA|HGMMA|QGMMA|IGMMA|BGMMA)\b",
     "transcendentals": r"^MUFU\b",
@@ -35,8 +36,8 @@ TAG_PATTERNS = {
     "warp_specialized": r"^USETMAXREG\b",
     "wgmma": r"^(HGMMA|QGMMA|IGMMA|BGMMA)\b",
 }
-TAGS = ("atomics", "block_reduction", "cooperative_grid_sync", "multi_kernel", "shared_memory_staging",
-        "tensor_core_mma", "tma", "transcendentals", "warp_specialized", "wgmma")
+TAGS = ("atomics", "block_reduction", "cooperative_grid_sync", "multi_kernel", "read_only_loads",
+        "shared_memory_staging", "tensor_core_mma", "tma", "transcendentals", "warp_specialized", "wgmma")
 
 
 @frozen

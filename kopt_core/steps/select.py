@@ -34,8 +34,18 @@ def floor_share(roofline: Roofline) -> float | None:
     return roofline.floor_ms / roofline.duration_ms
 
 
+def roofline_evidence(roofline: Roofline, values: dict) -> dict:
+    """The ``ROOFLINE_EVIDENCE`` keys (kopt_core.knowledge.methods): what the profile and the workload
+    model say together. None where either side is missing."""
+    dram = values.get("dram_bytes")
+    achieved = roofline.achieved
+    bytes_min = achieved.bytes_per_s * achieved.duration_ms / 1e3 if achieved is not None else None
+    return {"dram_excess_ratio": dram / bytes_min if dram is not None and bytes_min else None}
+
+
 def select_from_evidence(roofline: Roofline, ncu_top: NcuTop, **context) -> Selection:
-    return select_methods(load_methods(), budget=dict(roofline.axis_budget), values=dict(ncu_top.values),
+    values = {**ncu_top.values, **roofline_evidence(roofline, ncu_top.values)}
+    return select_methods(load_methods(), budget=dict(roofline.axis_budget), values=values,
                           bound=roofline.bound, floor_share=floor_share(roofline), kernels=ncu_top.kernels,
                           **context)
 
