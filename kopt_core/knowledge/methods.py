@@ -63,10 +63,6 @@ class AllOf:
 
     all: tuple[Condition, ...] = field(converter=tuple)
 
-    @property
-    def conditions(self) -> tuple[Condition, ...]:
-        return self.all
-
     def holds(self, values: dict[str, float | None]) -> bool:
         return all(condition.holds(values.get(condition.metric)) for condition in self.all)
 
@@ -88,7 +84,7 @@ class Trigger:
         """Every metric condition, groups flattened."""
         flat: list[Condition] = list(self.all)
         for option in self.any:
-            flat.extend(option.conditions if isinstance(option, AllOf) else (option,))
+            flat.extend(option.all if isinstance(option, AllOf) else (option,))
         return tuple(flat)
 
     def metrics(self) -> tuple[str, ...]:
@@ -176,16 +172,10 @@ class MethodRegistry:
 # --------------------------------------------------------------------------------------------- loading
 
 
-# Evidence keys a trigger may name beside the metric registry's: values kopt derives from a profile and
-# its roofline together (``kopt_core.steps.select.roofline_evidence``); unknown without a workload model.
-ROOFLINE_EVIDENCE = {
-    "dram_excess_ratio": "ncu's DRAM bytes over the workload model's bytes_min: how many times the kernel's "
-                         "minimum traffic went through DRAM (1.0 = every byte once)",
-}
-
-
 def evidence_keys() -> frozenset[str]:
-    """Every key a trigger or metric skip may name: the metric registry's and ``ROOFLINE_EVIDENCE``."""
+    """Every key a trigger or metric skip may name: the metric registry's and ``ROOFLINE_EVIDENCE``
+    (``kopt_core.knowledge.evidence``)."""
+    from kopt_core.knowledge.evidence import ROOFLINE_EVIDENCE
     from kopt_core.ncu.metrics import load_registry
 
     return frozenset(load_registry().keys()) | frozenset(ROOFLINE_EVIDENCE)

@@ -3,10 +3,11 @@
 For each axis with budget, methods are scanned by priority (those after the budget fills are recorded as
 not reached); a method is skipped when it was selected before, its backend or the architecture lacks
 what it needs, the numerics mode forbids it, the kernel already runs within 10% of its roofline floor
-and the method cannot lower that floor, it proved ineffective under the same bound, it failed to implement and nobody acknowledged that, a skip condition
-holds, its trigger does not fire on the evidence, it conflicts with a method chosen this round, or its
-same-budget group already holds a slot this round. A budget left unfilled says why; no filler is ever
-added. Every decision is recorded with its reason.
+and the method cannot lower that floor, it proved ineffective under the same bound, it failed to
+implement and nobody acknowledged that, a skip condition holds, its trigger does not fire on the
+evidence, it conflicts with a method chosen this round, or its same-budget group already holds a slot
+this round. A budget left unfilled says why; no filler is ever added. Every decision is recorded with
+its reason.
 """
 
 from __future__ import annotations

@@ -21,15 +21,6 @@ BUDGET_TOTAL = 3
 BUDGET_CAP = 2
 NEAR_PEAK_DELTA = 0.15  # near_peak needs every gap below this
 BELOW_FLOOR_TOLERANCE = 0.02  # a utilisation above 1.02 means the kernel beat the roofline
-
-
-def write_back_allowance(ceilings: Ceilings, bytes_moved: float) -> float:
-    """How far above the bandwidth ceiling a kernel may honestly read: the dirty lines still in L2 when
-    it ends (at most the L2's size) reach DRAM after its timed end. On the H200 a 64M-element vector add
-    (805 MB moved) read 4.38 TB/s against 4.31 TB/s for a 1 GiB add; 0 when the L2 size is unknown."""
-    if not ceilings.l2_cache_bytes or bytes_moved <= 0:
-        return 0.0
-    return ceilings.l2_cache_bytes / bytes_moved
 LATENCY_BOUND_UTIL = 0.5  # both utilisations under this ...
 LATENCY_BOUND_DELTA = 0.5  # ... and a stall share at least this: latency-bound
 
@@ -47,6 +38,15 @@ LABEL_HEURISTIC = "bottleneck-gap heuristic"
 
 
 # ---------------------------------------------------------------------------------------------- helpers
+
+
+def write_back_allowance(ceilings: Ceilings, bytes_moved: float) -> float:
+    """How far above the bandwidth ceiling a kernel may honestly read: the dirty lines still in L2 when
+    it ends (at most the L2's size) reach DRAM after its timed end. On the H200 a 64M-element vector add
+    (805 MB moved) read 4.38 TB/s against 4.31 TB/s for a 1 GiB add; 0 when the L2 size is unknown."""
+    if not ceilings.l2_cache_bytes or bytes_moved <= 0:
+        return 0.0
+    return ceilings.l2_cache_bytes / bytes_moved
 
 
 def _known(value: Any) -> float | None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from kopt_core.errors import ConfigError
 from kopt_core.jsonio import read_json, write_json, write_text_atomic
+from kopt_core.knowledge.evidence import floor_share, roofline_evidence
 from kopt_core.knowledge.methods import load_methods
 from kopt_core.knowledge.select import Selection, select_methods
 from kopt_core.records import from_data, to_data
@@ -24,23 +25,6 @@ def read_evidence(roofline_path: str | Path, ncu_top_path: str | Path) -> tuple[
     if not ncu_top.values:
         raise ConfigError(f"{ncu_top_path} has no metric values: profile again with this kopt")
     return roofline, ncu_top
-
-
-def floor_share(roofline: Roofline) -> float | None:
-    """How close the kernel runs to its roofline floor (floor_ms / duration_ms; 1.0 = at the floor), or
-    None without a real roofline (no workload model: the bottleneck-gap heuristic)."""
-    if roofline.label != "roofline" or not roofline.floor_ms or not roofline.duration_ms:
-        return None
-    return roofline.floor_ms / roofline.duration_ms
-
-
-def roofline_evidence(roofline: Roofline, values: dict) -> dict:
-    """The ``ROOFLINE_EVIDENCE`` keys (kopt_core.knowledge.methods): what the profile and the workload
-    model say together. None where either side is missing."""
-    dram = values.get("dram_bytes")
-    achieved = roofline.achieved
-    bytes_min = achieved.bytes_per_s * achieved.duration_ms / 1e3 if achieved is not None else None
-    return {"dram_excess_ratio": dram / bytes_min if dram is not None and bytes_min else None}
 
 
 def select_from_evidence(roofline: Roofline, ncu_top: NcuTop, **context) -> Selection:

@@ -58,7 +58,7 @@ def test_by_axis_sorted_by_unique_priority(registry):
 
 
 def test_every_trigger_metric_is_a_registry_key(registry):
-    from kopt_core.knowledge.methods import ROOFLINE_EVIDENCE
+    from kopt_core.knowledge.evidence import ROOFLINE_EVIDENCE
 
     keys = set(load_registry().keys()) | set(ROOFLINE_EVIDENCE)
     for method in registry.methods:

@@ -8,7 +8,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from kopt_core.steps.select import read_evidence, read_traits, roofline_evidence, select_from_evidence
+from kopt_core.knowledge.evidence import roofline_evidence
+from kopt_core.steps.select import read_evidence, read_traits, select_from_evidence
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "h200" / "runs"
 
