@@ -382,8 +382,10 @@ def iter_open_cmd(state_path, iteration) -> int:
               help="Standalone form: the kernel's cuobjdump --dump-sass text, for its traits (smem staging, MMA...).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Standalone form: where methods.json and analysis.md go (default: beside roofline.json).")
+@click.option("--acknowledge", "acknowledged", multiple=True, metavar="METHOD",
+              help="Run form: select this implementation-failed method again, knowing it failed before.")
 def select_cmd(state_path, iteration, roofline_path, ncu_top_path, arch, backend, dtypes, numerics_mode,
-               sass_path, out_dir) -> int:
+               sass_path, out_dir, acknowledged) -> int:
     """Pick methods by the seed's budget-aware priority scan; write methods.json and analysis.md."""
     from kopt_core.errors import ConfigError
 
@@ -392,7 +394,8 @@ def select_cmd(state_path, iteration, roofline_path, ncu_top_path, arch, backend
             raise ConfigError("the run form needs --state and --iter")
         from kopt_core.run.iteration import select_in_run
 
-        click.echo(str(select_in_run(_plugin_manager(), _store(state_path), iteration)))
+        click.echo(str(select_in_run(_plugin_manager(), _store(state_path), iteration,
+                                     acknowledged=tuple(acknowledged))))
         return 0
     if not (roofline_path and ncu_top_path):
         raise ConfigError("give --state and --iter, or --roofline and --ncu-top")

@@ -14,8 +14,8 @@ from kopt_core.jsonio import read_json
 from kopt_core.ncu.runner import find_ncu
 from kopt_core.records import to_data
 from kopt_core.records.state import State
-from kopt_core.run.layout import iteration_dir, publish, staging_dir
-from kopt_core.run.seed import ceilings_of, stop_on_failure
+from kopt_core.run.layout import baseline_dir, iteration_dir, publish, staging_dir
+from kopt_core.run.seed import ceilings_of, profile_problem, stop_on_failure
 from kopt_core.run.store import RunStore
 from kopt_core.run.summary import render_summary
 from kopt_core.steps.bench import prepare
@@ -34,21 +34,8 @@ def recheck_hardware() -> None:
 def _first_bundle(state: State) -> str | None:
     """The metric bundle of the run's first profile: every later profile uses the same one, so that
     baseline and champion numbers stay comparable."""
-    summary = Path(state.run_dir) / "baseline" / "profile.json"
+    summary = baseline_dir(state.run_dir) / "profile.json"
     return read_json(summary).get("bundle") if summary.is_file() else None
-
-
-def _degraded(outcome) -> str | None:
-    report = outcome.report
-    if not report.kernels:
-        return "the report has no kernel"
-    if not any(m.value is not None for m in report.aggregate.metrics.values()):
-        return "the report has no parsed metric"
-    for attempt in outcome.summary.get("attempts", [])[-1:]:
-        log = Path(attempt["log"])
-        if log.is_file() and "==ERROR==" in log.read_text(errors="replace"):
-            return f"ncu reported errors (see {log})"
-    return None
 
 
 def open_iteration(pm, store: RunStore, iteration: int) -> Path:
@@ -71,7 +58,7 @@ def open_iteration(pm, store: RunStore, iteration: int) -> Path:
                                purpose="open an iteration")
             outcome = profile_prepared(pm, prepared, staging, name="best_input", ncu_num=state.ncu_num,
                                        ceilings=ceilings_of(state), force_bundle=_first_bundle(state))
-            problem = _degraded(outcome)
+            problem = profile_problem(outcome)
             if problem:
                 raise HardwareError(f"the profile of the best kernel is degraded: {problem}")
         except KoptError as error:
@@ -102,10 +89,9 @@ def profile_in_run(pm, store: RunStore, iteration: int, which: str) -> Path:
         if which == "best_input":
             kernel = Path(state.best_file)
         else:
-            champions = sorted(folder.glob("kernel.*"))
-            if not champions:
-                raise ConfigError(f"{folder} has no champion kernel.<ext> yet: explore the branches first")
-            kernel = champions[0]
+            kernel = folder / f"kernel{Path(state.best_file).suffix}"  # the champion, in the baseline's language
+            if not kernel.is_file():
+                raise ConfigError(f"{folder} has no champion {kernel.name} yet: explore the branches first")
         try:
             prepared = prepare(pm, kernel, state.ref_file, dict(state.dims), backend=state.backend,
                                purpose="profile it")
@@ -117,9 +103,10 @@ def profile_in_run(pm, store: RunStore, iteration: int, which: str) -> Path:
         return Path(outcome.summary["report"])
 
 
-def select_in_run(pm, store: RunStore, iteration: int) -> Path:
-    """``kopt select --state S --iter I``: methods.json and analysis.md in iterv{I}/ from its best_input
-    profile, the run's method history and its numerics mode."""
+def select_in_run(pm, store: RunStore, iteration: int, *, acknowledged: tuple[str, ...] = ()) -> Path:
+    """``kopt select --state S --iter I [--acknowledge ID]``: methods.json and analysis.md in iterv{I}/
+    from its best_input profile, the run's method history and its numerics mode. An implementation-failed
+    method is considered again only when ``acknowledged`` names it."""
     from kopt_core.hardware import arch_for_capability
     from kopt_core.steps.select import (read_evidence, read_traits, render_analysis, select_from_evidence,
                                         write_selection)
@@ -136,15 +123,15 @@ def select_in_run(pm, store: RunStore, iteration: int) -> Path:
         bounds = {entry["iteration"]: entry.get("bound") for entry in state.roofline_history}
         ineffective = {m: bounds.get(h.iteration) for h in state.history for m in h.methods
                        if m in state.ineffective_methods}
-        bench = Path(state.run_dir) / "baseline" / "bench.json"
+        bench = baseline_dir(state.run_dir) / "bench.json"
         dtypes = tuple(b["dtype"] for b in read_json(bench).get("buffers", []) if b["role"] != "output") \
             if bench.is_file() else ()
         mnemonics, traits = read_traits(profile_dir=folder)
         selection = select_from_evidence(
             roofline, ncu_top, arch=arch_for_capability(str(capability)), backend=state.backend,
             iteration=iteration, numerics_mode=state.numerics_mode, selected_before=state.selected_methods,
-            ineffective=ineffective, implementation_failed=state.implementation_failed_methods, dtypes=dtypes,
-            sass_mnemonics=mnemonics,
+            ineffective=ineffective, implementation_failed=state.implementation_failed_methods,
+            acknowledged=acknowledged, dtypes=dtypes, sass_mnemonics=mnemonics,
         )
         notes = [traits]
         return write_selection(folder, selection, render_analysis(selection, roofline, ncu_top, state.best_file,

@@ -12,6 +12,7 @@ from kopt_core.errors import EXIT_CONFIG, EXIT_HARDWARE, ConfigError, HardwareEr
 from kopt_core.jsonio import write_json
 from kopt_core.records import BenchOptions, to_data
 from kopt_core.records.state import State
+from kopt_core.run.layout import baseline_dir
 from kopt_core.run.store import RunStore
 from kopt_core.run.summary import render_summary
 from kopt_core.steps.bench import exit_code, prepare, run_bench
@@ -35,6 +36,21 @@ def ceilings_of(state: State):
     return load_ceilings(None)
 
 
+def profile_problem(outcome) -> str | None:
+    """Why a profile cannot serve as evidence (no kernel, no parsed metric, ncu errors in its log), or
+    None: the baseline's profile and every iteration's must pass this before anything depends on them."""
+    report = outcome.report
+    if not report.kernels:
+        return "the report has no kernel"
+    if not any(m.value is not None for m in report.aggregate.metrics.values()):
+        return "the report has no parsed metric"
+    for attempt in outcome.summary.get("attempts", [])[-1:]:
+        log = Path(attempt["log"])
+        if log.is_file() and "==ERROR==" in log.read_text(errors="replace"):
+            return f"ncu reported errors (see {log})"
+    return None
+
+
 def seed_baseline(pm, store: RunStore, *, options: BenchOptions | None = None) -> State:
     with store.locked("seed"):
         state = store.load()
@@ -42,29 +58,30 @@ def seed_baseline(pm, store: RunStore, *, options: BenchOptions | None = None) -
             if state.run_status == "stopped":
                 raise ValidationError(f"{store.run_dir} is stopped ({state.stop_stage}: {state.stop_reason})")
             return state  # seeded already: running the step again changes nothing
-        baseline_dir = Path(state.run_dir) / "baseline"
+        folder = baseline_dir(state.run_dir)
         try:
             if not state.generation_allowed:
                 raise HardwareError("the hardware gate did not allow generation (env.json); run `kopt gate` again")
             prepared = prepare(pm, state.best_file, state.ref_file, dict(state.dims), backend=state.backend,
                                purpose="seed the run")
             bench = run_bench(pm, prepared, options or BenchOptions())
-            write_json(baseline_dir / "bench.json", to_data(bench))
+            write_json(folder / "bench.json", to_data(bench))
             code = exit_code(bench)
             if code != 0:
                 kind = {EXIT_CONFIG: ConfigError, EXIT_HARDWARE: HardwareError}.get(code, ValidationError)
                 raise kind(f"the baseline failed ({bench.error_stage}): {bench.error}")
             if bench.reference_timing is None or not bench.reference_timing.median_ms > 0:
                 raise ValidationError("the reference has no stable positive timing")
-            outcome = profile_prepared(pm, prepared, baseline_dir, name="baseline", ncu_num=state.ncu_num,
+            outcome = profile_prepared(pm, prepared, folder, name="baseline", ncu_num=state.ncu_num,
                                        ceilings=ceilings_of(state), bench=bench)
-            if not any(m.value is not None for m in outcome.report.aggregate.metrics.values()):
-                raise HardwareError("the baseline's ncu report has no parsed metric")
+            problem = profile_problem(outcome)
+            if problem:
+                raise HardwareError(f"the baseline's ncu profile is degraded: {problem}")
         except KoptError as error:
             stop_on_failure(store, "seed", error)
         state = store.update(
             best_metric_ms=bench.kernel_timing.median_ms,
-            best_ncu_rep=str(baseline_dir / "baseline.ncu-rep"),
+            best_ncu_rep=outcome.summary["report"],
             run_status="seeded",
             roofline_history=(*state.roofline_history, {"iteration": 0, **to_data(outcome.roofline)}),
         )

@@ -20,7 +20,7 @@ from typing import Iterator
 import attrs
 
 from kopt_core.errors import ConfigError
-from kopt_core.jsonio import dumps, write_json, write_text_atomic
+from kopt_core.jsonio import dumps, read_json, write_json, write_text_atomic
 from kopt_core.records.converter import MIGRATIONS, from_data, migrate, to_data
 from kopt_core.records.state import ENV_SCHEMA_VERSION, STATE_SCHEMA_VERSION, Env, State, Stop
 
@@ -109,19 +109,26 @@ def _state_version(data: dict) -> int:
 
 # ------------------------------------------------------------------------------------------------- env.json
 
+def read_record(path: Path, kind: str, version: int, cls, *, what: str, hint: str | None = None):
+    """A versioned JSON record (state, env, stop): read, migrated to ``version``, converted to ``cls``.
+    Anything unreadable is a ConfigError naming ``what`` and the reason."""
+    try:
+        data = read_json(path)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        if kind == "state":
+            data["schema_version"] = _state_version(data)
+        return from_data(migrate(kind, data, version), cls)
+    except Exception as exc:
+        raise ConfigError(f"{what} is unreadable: {type(exc).__name__}: {exc}", hint=hint) from None
+
+
 def read_env(path: str | os.PathLike) -> Env:
     """An env.json written by the hardware gate. Missing or unreadable: a ConfigError saying to run the gate."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"env.json {path} does not exist", hint=GATE_HINT)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        data = migrate("env", data, ENV_SCHEMA_VERSION)
-        return from_data(data, Env)
-    except Exception as exc:
-        raise ConfigError(f"env.json {path} is unreadable: {type(exc).__name__}: {exc}", hint=GATE_HINT) from None
+    return read_record(path, "env", ENV_SCHEMA_VERSION, Env, what=f"env.json {path}", hint=GATE_HINT)
 
 
 # ------------------------------------------------------------------------------------------------ the store
@@ -159,15 +166,7 @@ class RunStore:
         if not path.is_file():
             raise ConfigError(f"{self.run_dir} is not a kopt run: it has no {STATE_FILE}",
                               hint="create a run with `kopt init`")
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
-            data["schema_version"] = _state_version(data)
-            data = migrate("state", data, STATE_SCHEMA_VERSION)
-            return from_data(data, State)
-        except Exception as exc:
-            raise ConfigError(f"{path} is unreadable: {type(exc).__name__}: {exc}") from None
+        return read_record(path, "state", STATE_SCHEMA_VERSION, State, what=str(path))
 
     def save(self, state: State) -> Path:
         return write_json(self.state_path, to_data(state))
@@ -178,12 +177,6 @@ class RunStore:
         return state
 
     # env.json
-    def load_env(self) -> Env | None:
-        return read_env(self.env_path) if self.env_path.is_file() else None
-
-    def save_env(self, env: Env) -> Path:
-        return write_json(self.env_path, to_data(env))
-
     def copy_env(self, source: str | os.PathLike) -> Path:
         """The gate's env.json, byte for byte (fields a newer gate added survive), after checking it reads."""
         read_env(source)
@@ -193,11 +186,7 @@ class RunStore:
     def load_stop(self) -> Stop | None:
         if not self.stop_path.is_file():
             return None
-        try:
-            data = migrate("stop", json.loads(self.stop_path.read_text(encoding="utf-8")), 1)
-            return from_data(data, Stop)
-        except Exception as exc:
-            raise ConfigError(f"{self.stop_path} is unreadable: {type(exc).__name__}: {exc}") from None
+        return read_record(self.stop_path, "stop", 1, Stop, what=str(self.stop_path))
 
     def write_stop(self, stage: str, reason: str, exit_code: int, iteration: int | None = None) -> Stop:
         """Stop the run: stop.json first (a stopped state always has its stop.json), then state.json

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from kopt_core.jsonio import write_text_atomic
+from kopt_core.jsonio import read_json, write_text_atomic
 from kopt_core.run.layout import baseline_dir
 
 
@@ -13,8 +12,7 @@ def baseline_ms(run_dir: str | Path) -> float | None:
     """The baseline's median kernel time from baseline/bench.json, or None before the baseline was seeded."""
     path = baseline_dir(run_dir) / "bench.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        value = data["kernel_timing"]["median_ms"]
+        value = read_json(path)["kernel_timing"]["median_ms"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

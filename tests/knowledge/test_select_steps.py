@@ -96,3 +96,29 @@ def test_run_form_writes_into_the_iteration(make_pm, tmp_path):
     methods = json.loads(select_in_run(pm, store, 1).read_text())
     assert methods["kernel_tags"]["shared_memory_staging"] is False and methods["kernel_tags"]["wgmma"] is False
     assert f"kernel traits read from {folder / 'best_input.sass'}" in (folder / "analysis.md").read_text()
+
+
+def test_run_form_needs_an_acknowledgement_for_an_implementation_failed_method(make_pm, tmp_path):
+    pm = make_pm(kopt_example_backend)
+    for name in ("saxpy.py", "saxpy_ref.py"):
+        shutil.copy(KERNELS / name, tmp_path / name)
+    write_json(tmp_path / "env.json", to_data(Env(backend="pytorch", generation_allowed=True,
+                                                   gpu={"capability": "9.0"})))
+    store = init_run(pm, baseline=tmp_path / "saxpy.py", ref=tmp_path / "saxpy_ref.py", dims={"N": 4096},
+                     env_path=tmp_path / "env.json")
+    folder = store.run_dir / "iterv1"
+    import_profile(FIXTURES / "naive_full_raw.csv", folder, workload=SGEMM, peak_dtype="float32")
+    # selection reads only the run's backend name: judge the profile as the CUDA kernel it came from
+    store.update(backend="cuda", implementation_failed_methods=("memory.coalescing",))
+    # coalescing fires on this profile's 56% load efficiency when ncu's excess-sector count is unknown
+    (folder / "ncu_top.json").write_text(json.dumps({
+        **json.loads((folder / "ncu_top.json").read_text()),
+        "values": {**json.loads((folder / "ncu_top.json").read_text())["values"], "uncoalesced_excess_sectors": None},
+    }))
+    refused = json.loads(select_in_run(pm, store, 1).read_text())
+    assert "memory.coalescing" not in [p["id"] for p in refused["selected"]]
+    assert any(s["id"] == "memory.coalescing" and "acknowledgement" in s["reason"] for s in refused["skipped"])
+    proc = kopt("select", "--state", store.state_path, "--iter", "1", "--acknowledge", "memory.coalescing")
+    assert proc.returncode == 0, proc.stderr
+    admitted = json.loads((folder / "methods.json").read_text())
+    assert "memory.coalescing" in [p["id"] for p in admitted["selected"]]
