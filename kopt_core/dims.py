@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
+from typing import Callable
 
 from kopt_core.errors import ConfigError
 
@@ -64,3 +66,12 @@ def parse_dims(dims_json: str | None, extra_args: list[str] | tuple[str, ...]) -
         dims[name] = _number(name, value)
         i += 1
     return dims
+
+
+def accepted_dims(function: Callable, dims: dict) -> dict:
+    """The dims ``function`` takes by name: all of them when it has ``**kwargs``, else those it names
+    (dims given only for another function, such as workload_model, are not passed)."""
+    parameters = inspect.signature(function).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return dict(dims)
+    return {name: value for name, value in dims.items() if name in parameters}

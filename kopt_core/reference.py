@@ -13,6 +13,7 @@ from typing import Callable
 
 from attrs import define
 
+from kopt_core.dims import accepted_dims
 from kopt_core.errors import ConfigError
 from kopt_core.records import Tolerance
 
@@ -53,6 +54,21 @@ class ReferenceModule:
             raise ConfigError(f"{self.path}: workload_model(**dims) must return {{'flops': number >= 0, "
                               f"'bytes_min': number >= 0}}, got {model!r}")
         return model
+
+    def describe_buffers(self, dims: dict) -> dict:
+        """``buffers(**dims)`` (the dims it takes), or {} without one: {name: {shape, role, dtype, ...}}."""
+        if self.buffers is None:
+            return {}
+        try:
+            described = self.buffers(**accepted_dims(self.buffers, dims))
+        except Exception as exc:
+            raise ConfigError(
+                f"{self.path}: buffers(**dims) raised {type(exc).__name__}: {exc}",
+                hint="it receives the dims by name and returns {name: {'shape': (...), 'role': ..., 'dtype': ...}}",
+            ) from None
+        if not isinstance(described, dict):
+            raise ConfigError(f"{self.path}: buffers(**dims) must return a dict of name -> description")
+        return described
 
     def tolerance(self, dtype: str, atol: float | None = None, rtol: float | None = None) -> Tolerance:
         """Command line beats the reference file beats the dtype's default; integers compare exactly."""

@@ -30,6 +30,7 @@ from types import ModuleType
 from typing import Any
 
 from kopt_core.bench.launchers import LaunchError
+from kopt_core.dims import accepted_dims
 from kopt_core.jsonio import write_text_atomic
 from kopt_core.records import Artifact
 from kopt_triton.autotune import PinError, pin_source
@@ -106,10 +107,7 @@ class TritonLauncher:
     def inputs(self, dims: dict, seed: int) -> tuple[dict, tuple[str, ...]]:
         """setup(**dims, seed=seed), checked for shape. Dims that setup does not take (given for
         workload_model only) are not passed, unless setup accepts **kwargs."""
-        parameters = inspect.signature(self._setup).parameters
-        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-            dims = {name: value for name, value in dims.items() if name in parameters}
-        result = self._setup(**dims, seed=seed)
+        result = self._setup(**accepted_dims(self._setup, dims), seed=seed)
         expected = "setup() must return {'inputs': {name: tensor or scalar}, 'outputs': [names]}"
         if not isinstance(result, dict):
             raise SetupResultError(f"{expected}, got {type(result).__name__}")

@@ -55,3 +55,20 @@ def test_import_of_a_file_that_is_no_report(tmp_path):
     assert proc.returncode == 3 and "no kernels" in proc.stderr
     proc = kopt("profile", "--import", tmp_path / "absent.ncu-rep")
     assert proc.returncode == 4
+
+
+def test_the_peak_dtype_of_an_imported_report_is_the_input_with_most_bytes(tmp_path):
+    from kopt_core.steps.profile import reference_evidence
+
+    ref = tmp_path / "ref.py"
+    ref.write_text(
+        "def reference(**kw):\n    return None\n"
+        "def workload_model(M, **dims):\n    return {'flops': 2.0 * M, 'bytes_min': 4.0 * M}\n"
+        "def buffers(**dims):\n"  # **dims: every dim arrives
+        "    M = dims['M']\n"
+        "    return {'a': {'shape': (M,), 'role': 'input', 'dtype': 'float16'},\n"
+        "            'b': {'shape': (M * 3 // 5,), 'role': 'input', 'dtype': 'float32'},\n"
+        "            'c': {'shape': (M,), 'role': 'output', 'dtype': 'float16'}}\n")
+    # a: 1000 halves = 2000 bytes; b: 600 floats = 2400 bytes -> b bounds the kernel
+    model, dtype = reference_evidence(ref, {"M": 1000, "N": 7})
+    assert model == {"flops": 2000.0, "bytes_min": 4000.0} and dtype == "float32"

@@ -7,7 +7,6 @@ integer dims (the one dim if there is only one, a fixed size if none), capped.
 
 from __future__ import annotations
 
-import inspect
 from typing import TYPE_CHECKING
 
 from kopt_core.errors import ConfigError
@@ -51,25 +50,9 @@ def default_init(dtype: str) -> str:
     return "randint:-8:8"
 
 
-def _described(ref, dims: dict) -> dict:
-    accepted = inspect.signature(ref.buffers).parameters
-    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
-    args = dims if takes_all else {k: v for k, v in dims.items() if k in accepted}
-    try:
-        described = ref.buffers(**args)
-    except Exception as exc:
-        raise ConfigError(
-            f"{ref.path}: buffers(**dims) raised {type(exc).__name__}: {exc}",
-            hint="it receives the dims by name and returns {name: {'shape': (...), 'role': ..., 'dtype': ...}}",
-        ) from None
-    if not isinstance(described, dict):
-        raise ConfigError(f"{ref.path}: buffers(**dims) must return a dict of name -> description")
-    return described
-
-
 def plan_buffers(interface: KernelInterface, dims: dict, ref) -> tuple[tuple[BufferSpec, ...], dict]:
     """Buffer specs for the kernel's buffer parameters, and {name: requested shape} before any cap."""
-    described = _described(ref, dims) if ref.buffers is not None else {}
+    described = ref.describe_buffers(dims)
     names = {p.name for p in interface.buffers}
     for extra in set(described) - names:
         raise ConfigError(

@@ -18,7 +18,6 @@ iteration's methods were selected on).
 
 from __future__ import annotations
 
-import inspect
 import math
 import sys
 import time
@@ -73,16 +72,16 @@ def peak_dtype(model: dict | None, inputs: list[tuple[str, int]]) -> str | None:
 
 
 def described_inputs(ref: ReferenceModule, dims: dict) -> list[tuple[str, int]]:
-    """(dtype, elements) of the inputs a reference's buffers() describes (for reports imported without a
+    """(dtype, bytes) of the inputs a reference's buffers() describes (for reports imported without a
     bench run)."""
-    if ref.buffers is None:
-        return []
-    described = ref.buffers(**{k: v for k, v in dims.items() if k in inspect.signature(ref.buffers).parameters})
+    from kopt_core.bench.buffers import torch_dtype
+
     rows = []
-    for desc in described.values():
+    for desc in ref.describe_buffers(dims).values():
         if desc.get("role", "input") != "output" and desc.get("dtype") and desc.get("shape"):
-            rows.append((desc["dtype"], math.prod(desc["shape"]) if isinstance(desc["shape"], (list, tuple))
-                         else int(desc["shape"])))
+            shape = desc["shape"]
+            elements = math.prod(shape) if isinstance(shape, (list, tuple)) else int(shape)
+            rows.append((desc["dtype"], elements * torch_dtype(desc["dtype"]).itemsize))
     return rows
 
 
