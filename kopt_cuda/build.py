@@ -16,7 +16,6 @@ import hashlib
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import attrs
 
+from kopt_core.process import run_in_group
 from kopt_core.errors import ConfigError, HardwareError
 from kopt_core.buildcache import cache_root
 from kopt_core.tools import find_tool
@@ -203,29 +203,17 @@ def build_shared_library(
 
 
 def _run(command: list[str], *, timeout: float, what: str) -> subprocess.CompletedProcess[str]:
-    """Run ``command`` capturing its text output; on timeout kill its whole process group.
-
-    ``subprocess.run`` would kill only nvcc itself, leaving cicc/ptxas/gcc running as orphans (seen with
-    nvcc 13.0), still burning CPU on a candidate that was given up on.
-    """
-    try:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   start_new_session=True)
-    except OSError as error:
-        raise HardwareError(
-            f"cannot run {command[0]}: {error}", hint="install the CUDA toolkit or set CUDA_HOME"
-        ) from error
-    with process:
-        try:
-            stdout, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired as expired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
-            raise ConfigError(
-                f"{what} did not finish within {timeout:.0f} s; simplify the kernel (fewer template "
-                f"instantiations or unrolled loops) or raise the build timeout."
-            ) from expired
-    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+    """Run ``command`` capturing its text output; on timeout its whole process group (cicc, ptxas, gcc)
+    is killed, so a given-up candidate leaves nothing burning CPU."""
+    ran = run_in_group(command, timeout_s=timeout)
+    if ran.error:
+        raise HardwareError(f"cannot run {command[0]}: {ran.error}", hint="install the CUDA toolkit or set CUDA_HOME")
+    if ran.timed_out:
+        raise ConfigError(
+            f"{what} did not finish within {timeout:.0f} s; simplify the kernel (fewer template "
+            f"instantiations or unrolled loops) or raise the build timeout."
+        )
+    return subprocess.CompletedProcess(command, ran.returncode, ran.stdout, ran.stderr)
 
 
 def _compile_error(source: Path, returncode: int, log: str) -> ConfigError:

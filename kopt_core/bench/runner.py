@@ -4,24 +4,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from kopt_core.jsonio import read_json, write_json
+from kopt_core.process import run_in_group
 from kopt_core.records import BenchRequest, BenchResult, from_data, to_data
 
 STDERR_TAIL = 2000
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
 
 
 def run_worker(request: BenchRequest, workdir: str | Path | None = None) -> BenchResult:
@@ -42,24 +33,17 @@ def run_worker(request: BenchRequest, workdir: str | Path | None = None) -> Benc
     write_json(request_path, to_data(request))
     timeout = request.options.timeout_s
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kopt_core.bench.worker", str(request_path), str(result_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
-    )
-    timed_out = False
-    try:
-        _, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc)
-        stderr = proc.stderr.read() if proc.stderr else ""
+    ran = run_in_group([sys.executable, "-m", "kopt_core.bench.worker", str(request_path), str(result_path)],
+                       timeout_s=timeout, env=env)
+    stderr = ran.stderr or ran.error
     partial = from_data(read_json(result_path), BenchResult) if result_path.exists() else None
-    if timed_out:
+    if ran.timed_out:
         return _failed(request, partial, "timeout",
                        f"the worker did not finish within the {timeout:g} s timeout (a hung or endless kernel?); "
                        "it was killed", stderr)
-    if proc.returncode != 0:
-        how = (f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}")
+    if ran.returncode != 0:
+        how = ("it could not start" if ran.returncode is None else
+               f"killed by signal {-ran.returncode}" if ran.returncode < 0 else f"exit code {ran.returncode}")
         return _failed(request, partial, "worker", f"the worker process died ({how})", stderr)
     if partial is None:
         return _failed(request, None, "worker", "the worker exited without writing a result", stderr)

@@ -9,11 +9,10 @@ success.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import time
 from pathlib import Path
 
+from kopt_core.process import run_in_group
 from kopt_core.errors import HardwareError
 from kopt_core.records import NcuAttempt
 from kopt_core.tools import find_tool
@@ -44,20 +43,6 @@ def ncu_command(ncu: str, bundle: str, report_base: Path, target: list[str], ker
     if kernel_filter:
         command += ["--kernel-name", kernel_filter]
     return command + list(target)
-
-
-def _run_logged(command: list[str], log_path: Path, timeout_s: float, env: dict) -> tuple[int | None, bool, float]:
-    start = time.perf_counter()
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        try:
-            code = process.wait(timeout=timeout_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            code, timed_out = None, True
-    return code, timed_out, time.perf_counter() - start
 
 
 def profile(
@@ -94,9 +79,12 @@ def profile(
         command = ncu_command(ncu, bundle, report_base, target, kernel_filter)
         log = out_dir / f"ncu_{name}_{bundle}.log"
         limit = full_timeout_s if (bundle == "full" and full_timeout_s is not None) else timeout_s
-        code, timed_out, seconds = _run_logged(command, log, limit, env)
+        ran = run_in_group(command, timeout_s=limit, env=env, log_path=log)
+        if ran.error:
+            raise HardwareError(f"cannot run ncu ({ncu}): {ran.error}", hint="install Nsight Compute or put ncu on PATH")
+        code, timed_out = ran.returncode, ran.timed_out
         attempts.append(NcuAttempt(command=command, bundle=bundle, reason=reason, returncode=code,
-                                   timed_out=timed_out, seconds=seconds, log=str(log)))
+                                   timed_out=timed_out, seconds=ran.seconds, log=str(log)))
         if code == 0 and report.is_file() and report.stat().st_size > 0:
             return report, bundle, reason, attempts
         if bundle == "full" and (timed_out or code == REPLAY_EXIT_CODE):

@@ -20,10 +20,7 @@ failure too: it is the evidence of why generation is refused.
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +35,7 @@ from kopt_core.errors import ConfigError, HardwareError
 from kopt_core.hardware import detect_gpus
 from kopt_core.jsonio import read_json, write_json
 from kopt_core.ncu.parse import parse_raw_csv
+from kopt_core.process import run_in_group
 from kopt_core.records import ProbeResult, to_data
 from kopt_core.records.state import Env, ToolFound
 from kopt_core.tools import find_tool, tool_folders
@@ -108,38 +106,6 @@ def required_tools(backend: str) -> tuple[str, ...]:
 # ---------------------------------------------------------------------------------------------- running
 
 
-@frozen
-class _Ran:
-    returncode: int | None  # None: timed out, or could not start
-    stdout: str = ""
-    stderr: str = ""
-    timed_out: bool = False
-    error: str = ""  # why it could not start
-
-    def tail(self, lines: int = 8) -> str:
-        text = "\n".join(part for part in (self.stderr.strip(), self.stdout.strip()) if part)
-        return " | ".join(text.splitlines()[-lines:])[:1500]
-
-
-def _run(command: list[str], timeout_s: float) -> _Ran:
-    """``command`` in its own session; on timeout the whole process group (ncu's target too) is killed."""
-    try:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   errors="replace", start_new_session=True)
-    except OSError as exc:
-        return _Ran(returncode=None, error=f"{type(exc).__name__}: {exc}")
-    try:
-        stdout, stderr = process.communicate(timeout=timeout_s)
-        return _Ran(returncode=process.returncode, stdout=stdout, stderr=stderr)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        stdout, stderr = process.communicate()
-        return _Ran(returncode=None, stdout=stdout or "", stderr=stderr or "", timed_out=True)
-
-
 def _marker_json(stdout: str) -> dict | None:
     import json
 
@@ -161,7 +127,7 @@ _VERSION_LINE = re.compile(r"(release|version)\s*v?\d", re.IGNORECASE)
 def tool_version(path: str) -> str:
     """A one-line version of a tool from ``--version``: the first line that names a version or release
     (nvcc, cuobjdump and ncu put it below a banner), else the first line; "" when it cannot be asked."""
-    ran = _run([path, "--version"], VERSION_TIMEOUT_S)
+    ran = run_in_group([path, "--version"], timeout_s=VERSION_TIMEOUT_S)
     if ran.returncode != 0:
         return ""
     lines = [line.strip() for line in ran.stdout.splitlines() if line.strip()]
@@ -202,7 +168,7 @@ def _tool_problem(tool: ToolFound) -> str:
 
 def cuda_context(timeout_s: float = CONTEXT_TIMEOUT_S) -> tuple[dict | None, str]:
     """(what the CUDA context reports, "") or (None, why no context could be created). In a subprocess."""
-    ran = _run([sys.executable, "-c", CONTEXT_SCRIPT], timeout_s)
+    ran = run_in_group([sys.executable, "-c", CONTEXT_SCRIPT], timeout_s=timeout_s)
     if ran.error:
         return None, f"CUDA context could not be created: the check could not start ({ran.error})"
     if ran.timed_out:
@@ -240,7 +206,7 @@ def check_counters(ncu: str, timeout_s: float = COUNTERS_TIMEOUT_S) -> tuple[dic
         ncu, "--clock-control", "none", "--metrics", ",".join(COUNTER_METRICS), "--csv", "--page", "raw",
         "--target-processes", "all", sys.executable, "-c", COUNTER_SCRIPT,
     ]
-    ran = _run(command, timeout_s)
+    ran = run_in_group(command, timeout_s=timeout_s)
     if ran.error:
         return {}, f"ncu could not be started ({ran.error})"
     if PERMISSION_ERROR in ran.stdout or PERMISSION_ERROR in ran.stderr:
@@ -271,7 +237,7 @@ def measure_device_ceilings(timeout_s: float = CEILINGS_TIMEOUT_S) -> tuple[dict
     """``python -m kopt_core.roofline.ceilings`` in a subprocess: (Ceilings as data, "") or (None, why)."""
     with tempfile.TemporaryDirectory(prefix="kopt_gate_") as folder:
         path = Path(folder) / "ceilings.json"
-        ran = _run([sys.executable, "-m", "kopt_core.roofline.ceilings", str(path)], timeout_s)
+        ran = run_in_group([sys.executable, "-m", "kopt_core.roofline.ceilings", str(path)], timeout_s=timeout_s)
         if ran.error:
             return None, f"device ceilings could not be measured: {ran.error}"
         if ran.timed_out:
