@@ -23,6 +23,7 @@ INFO = BackendInfo(
     summary='CUDA C++ kernels exposing extern "C" void solve(...), built with nvcc',
     needs_gpu=True,
     compile_memory_gib=2.0,
+    required_tools=("nvcc", "cuobjdump", "ncu"),
 )
 
 

@@ -30,6 +30,7 @@ INFO = BackendInfo(
     claims=("#include <cutlass/", '#include "cutlass/', "#include <cute/", '#include "cute/'),
     priority=10,
     compile_memory_gib=4.0,
+    required_tools=("nvcc", "cuobjdump", "ncu"),
 )
 
 HEADERS_HINT = (

@@ -18,6 +18,9 @@ class BackendInfo:
     claims: tuple[str, ...] = field(default=(), converter=tuple)
     priority: int = 0  # higher wins among backends that claim the same file
     compile_memory_gib: float = 2.0  # what one compile job may take, for the compile pool
+    # NVIDIA tools the backend cannot work without; the hardware gate refuses when one is missing. A tool
+    # its probe names in ``ProbeResult.details`` (the Triton wheel's cuobjdump) is the one it uses.
+    required_tools: tuple[str, ...] = field(default=("ncu",), converter=tuple)
 
 
 @frozen

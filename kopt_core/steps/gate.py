@@ -42,8 +42,6 @@ from kopt_core.tools import find_tool, tool_folders
 
 MAX_ATTEMPTS = 3
 TOOLS = ("nvcc", "cuobjdump", "ncu", "compute-sanitizer")
-REQUIRED_TOOLS = {"cuda": ("nvcc", "cuobjdump", "ncu"), "cutlass": ("nvcc", "cuobjdump", "ncu")}
-DEFAULT_REQUIRED_TOOLS = ("ncu",)
 TOOL_HINTS = {
     "nvcc": "install the CUDA toolkit or set CUDA_HOME",
     "cuobjdump": "it ships with the CUDA toolkit (package cuda-cuobjdump); install it or set CUDA_HOME",
@@ -98,11 +96,6 @@ COUNTER_SCRIPT = (
 )
 
 
-def required_tools(backend: str) -> tuple[str, ...]:
-    """The tools ``backend`` cannot work without (seed: ncu always; nvcc and cuobjdump for CUDA/CUTLASS)."""
-    return REQUIRED_TOOLS.get(backend, DEFAULT_REQUIRED_TOOLS)
-
-
 # ---------------------------------------------------------------------------------------------- running
 
 
@@ -139,16 +132,16 @@ def _searched(tool: str) -> tuple[str, ...]:
 
 
 def find_tools(backend: str, probe: ProbeResult, versions: dict[str, str]) -> list[ToolFound]:
-    """Every tool the gate knows, found or not, with where it was looked for. For Triton, cuobjdump is
-    the one its backend probe names (the Triton wheel ships it); ``versions`` caches ``--version``."""
+    """Every tool the gate knows, found or not, with where it was looked for. A tool the backend's probe
+    names in its details (the Triton wheel's cuobjdump) is the one that backend uses; ``versions`` caches
+    ``--version``."""
     found = []
     for name in TOOLS:
         path = find_tool(name)
         searched = _searched(name)
-        if name == "cuobjdump" and backend == "triton":
-            from_probe = (probe.details or {}).get("cuobjdump")
-            path = from_probe if isinstance(from_probe, str) and from_probe else path
-            searched = ("$TRITON_CUOBJDUMP_PATH", "the Triton wheel (triton/backends/nvidia/bin)", *searched)
+        from_probe = (probe.details or {}).get(name)
+        if isinstance(from_probe, str) and from_probe:
+            path, searched = from_probe, (f"the {backend} backend's probe", *searched)
         version = ""
         if path:
             if path not in versions:
@@ -287,7 +280,7 @@ def discover(pm, registry: BackendRegistry, backend: str, versions: dict[str, st
     }
     probe = registry.probe(pm, backend, findings)
     tools = find_tools(backend, probe, versions)
-    required = required_tools(backend)
+    required = registry.get(backend).required_tools
     for tool in tools:
         if tool.name in required and not tool.path:
             problems.append(_tool_problem(tool))
