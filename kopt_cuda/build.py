@@ -34,6 +34,7 @@ from kopt_core.records.build import Artifact, KernelResources, Toolchain
 from kopt_core.records.kernel import KernelInterface
 
 BUILD_TIMEOUT_S = 600.0
+LAUNCHER = "kopt_cuda.launch:load"  # how the harness loads a built library (CUDA and CUTLASS alike)
 # Bump when the way a build is made or stored changes, so old cache entries are not reused.
 _CACHE_FORMAT = 1
 _ERROR_LINES = 30
@@ -127,9 +128,7 @@ def build_shared_library(
     toolchain: Toolchain,
     build_dir: Path,
     extra_flags: tuple[str, ...] = (),
-    include_dirs: tuple[str, ...] = (),
     backend: str = "cuda",
-    launcher: str = "kopt_cuda.launch:load",
     interface: KernelInterface | None = None,
     timeout_s: float = BUILD_TIMEOUT_S,
 ) -> Artifact:
@@ -148,8 +147,7 @@ def build_shared_library(
         )
     paths = [Path(source).resolve() for source in sources]
     version = nvcc_version(nvcc)
-    flags = [*base_flags(), *arch_flags(toolchain.arch), *(f"-I{folder}" for folder in include_dirs),
-             *extra_flags]
+    flags = [*base_flags(), *arch_flags(toolchain.arch), *extra_flags]
     build_dir = Path(build_dir)
 
     dependencies = _dependencies(nvcc, paths, flags, build_dir, timeout_s)
@@ -165,7 +163,7 @@ def build_shared_library(
             backend=backend,
             source=str(paths[0]),
             path=str(entry / "lib.so"),
-            launcher=launcher,
+            launcher=LAUNCHER,
             interface=interface,
             cache_hit=True,
             build_seconds=time.perf_counter() - started,
@@ -184,7 +182,7 @@ def build_shared_library(
             backend=backend,
             source=str(paths[0]),
             path=str(entry / "lib.so"),
-            launcher=launcher,
+            launcher=LAUNCHER,
             interface=interface,
             arch=toolchain.arch,
             compiler=f"nvcc {version}",
@@ -220,7 +218,8 @@ def _compile_error(source: Path, returncode: int, log: str) -> ConfigError:
     """The compiler's own words, trimmed to its first errors (ptxas's resource report left out)."""
     lines = [line for line in log.splitlines() if not _PTXAS_CHATTER.match(line)]
     shown = "\n".join(lines[:_ERROR_LINES])
-    more = f"\n... ({len(lines) - _ERROR_LINES} more lines in build.log)" if len(lines) > _ERROR_LINES else ""
+    hidden = len(lines) - _ERROR_LINES
+    more = f"\n... ({hidden} more lines, after the first errors)" if hidden > 0 else ""
     return ConfigError(f"{source}: nvcc could not build this file (exit {returncode}); fix it and retry:\n"
                        f"{shown}{more}")
 

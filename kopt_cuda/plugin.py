@@ -50,15 +50,13 @@ def preflight_solve(candidate: Candidate) -> PreflightReport:
     return PreflightReport(backend=candidate.backend, interface=interface, warnings=warnings)
 
 
-def compile_solve(candidate: Candidate, build_dir: Path, toolchain: Toolchain, *, extra_flags=(),
-                  include_dirs=()) -> Artifact:
+def compile_solve(candidate: Candidate, build_dir: Path, toolchain: Toolchain, *, extra_flags=()) -> Artifact:
     from kopt_cuda.build import build_shared_library
 
     interface = preflight_solve(candidate).interface
     return build_shared_library(
         [Path(candidate.path), SHIM], toolchain=toolchain, build_dir=Path(build_dir), extra_flags=tuple(extra_flags),
-        include_dirs=tuple(include_dirs), backend=candidate.backend, launcher="kopt_cuda.launch:load",
-        interface=interface,
+        backend=candidate.backend, interface=interface,
     )
 
 

@@ -115,7 +115,6 @@ def bench_cmd(kernel, reference, dims_json, backend, arch, seeds, l2, mode, warm
     Dims follow as --NAME=VALUE (e.g. --M=4096 --N=4096 --K=4096) or --dims JSON.
     """
     from kopt_core.dims import parse_dims
-    from kopt_core.jsonio import write_json
     from kopt_core.records import BenchOptions, to_data
     from kopt_core.steps.bench import bench_kernel, exit_code
 
@@ -126,16 +125,13 @@ def bench_cmd(kernel, reference, dims_json, backend, arch, seeds, l2, mode, warm
             tiny_us=tiny_us, timeout_s=timeout_s, atol=atol, rtol=rtol, time_reference=not no_reference_timing,
         )
         result = bench_kernel(_plugin_manager(), kernel, reference, dims, backend=backend, options=options,
-                              arch=arch, on_warning=render.warning)
+                              arch=arch, on_warning=render.warning, out=out)
     except KoptError as exc:
         if as_json:
             click.echo(dumps({"status": "error", "error": str(exc), "exit_code": exc.exit_code}), nl=False)
         raise
-    data = to_data(result)
-    if out:
-        write_json(out, data)
     if as_json:
-        click.echo(dumps(data), nl=False)
+        click.echo(dumps(to_data(result)), nl=False)
     else:
         render.bench_report(result)
     return exit_code(result)
@@ -172,12 +168,9 @@ def profile_cmd(args, reference, import_path, dims_json, backend, arch, out_dir,
 
     Or, with --import, do the same from an existing report or its CSV export.
     """
-    from pathlib import Path
-
     from kopt_core.dims import parse_dims
     from kopt_core.errors import ConfigError
-    from kopt_core.steps import profile as steps
-    from kopt_core.steps.bench import prepare
+    from kopt_core.steps.profile import profile_standalone
 
     if state_path or iteration or which:
         if not (state_path and iteration and which):
@@ -189,25 +182,11 @@ def profile_cmd(args, reference, import_path, dims_json, backend, arch, out_dir,
     # KERNEL is optional (--import needs none), so it is read from the free arguments: the first one that
     # is not an option; the rest are dims.
     kernel, extra = (args[0], args[1:]) if args and not args[0].startswith("--") else (None, args)
-    dims = parse_dims(dims_json, extra)
-    limits = steps.load_ceilings(ceilings)
-    if import_path:
-        model, dtype = steps.reference_evidence(reference, dims)
-        outcome = steps.import_profile(
-            import_path, Path(out_dir or f"kopt_profile_{Path(import_path).stem}"), ncu_num=ncu_num, workload=model,
-            ceilings=limits, peak_dtype=dtype,
-        )
-    else:
-        if not kernel or not reference:
-            raise ConfigError("kopt profile needs KERNEL and --ref (or --import FILE)")
-        pm = _plugin_manager()
-        prepared = prepare(pm, kernel, reference, dims, backend=backend, arch=arch, on_warning=render.warning,
-                           purpose="profile it")
-        outcome = steps.profile_prepared(
-            pm, prepared, Path(out_dir or f"kopt_profile_{Path(kernel).stem}"), ncu_num=ncu_num, ceilings=limits,
-            force_bundle=None if bundle == "auto" else bundle, ncu_timeout_s=ncu_timeout_s,
-            full_timeout_s=full_timeout_s,
-        )
+    outcome = profile_standalone(
+        kernel, reference, parse_dims(dims_json, extra), import_path=import_path, out_dir=out_dir,
+        ceilings_path=ceilings, backend=backend, arch=arch, ncu_num=ncu_num, bundle=bundle,
+        ncu_timeout_s=ncu_timeout_s, full_timeout_s=full_timeout_s, on_warning=render.warning,
+    )
     if as_json:
         click.echo(dumps(outcome.summary), nl=False)
     else:

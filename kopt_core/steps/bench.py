@@ -15,8 +15,10 @@ from kopt_core.backends import BackendRegistry
 from kopt_core.contract import check_contract
 from kopt_core.errors import EXIT_CONFIG, EXIT_HARDWARE, EXIT_INVALID_KERNEL, EXIT_OK, ConfigError, HardwareError
 from kopt_core.hardware import DEFAULT_ARCH, arch_for_capability, detect_gpus
+from kopt_core.jsonio import write_json
 from kopt_core.records import (
     Artifact, BackendInfo, BenchOptions, BenchRequest, BenchResult, Candidate, PreflightReport, Toolchain, Workload,
+    to_data,
 )
 from kopt_core.reference import ReferenceModule, load_reference
 
@@ -79,7 +81,6 @@ def prepare(
     *,
     backend: str | None = None,
     arch: str | None = None,
-    build_dir: str | Path | None = None,
     on_warning=None,
     purpose: str = "check and time it",
     require_gpu: bool = True,
@@ -96,11 +97,8 @@ def prepare(
     gpus, no_gpu = detect_gpus() if info.needs_gpu else ([], "")
     if arch is None:
         arch = arch_for_capability(gpus[0].capability) if gpus else DEFAULT_ARCH
-    if build_dir is None:
-        with tempfile.TemporaryDirectory(prefix="kopt-build-") as scratch:
-            artifact = build(pm, candidate, Path(scratch), arch)
-    else:
-        artifact = build(pm, candidate, Path(build_dir), arch)
+    with tempfile.TemporaryDirectory(prefix="kopt-build-") as scratch:  # backends keep artifacts in their caches
+        artifact = build(pm, candidate, Path(scratch), arch)
     if info.needs_gpu and not gpus and require_gpu:
         raise HardwareError(
             f"no GPU: {no_gpu}. {path.name} passed its contract checks and builds for {arch}; run kopt "
@@ -138,14 +136,17 @@ def bench_kernel(
     backend: str | None = None,
     options: BenchOptions | None = None,
     arch: str | None = None,
-    build_dir: str | Path | None = None,
     on_warning=None,
+    out: str | Path | None = None,
 ) -> BenchResult:
-    """Preflight, build, check and time ``kernel`` against ``reference``. Raises KoptError for what the
-    user must fix; returns a BenchResult (possibly failed) once a worker ran."""
-    prepared = prepare(pm, kernel, reference, dims, backend=backend, arch=arch, build_dir=build_dir,
-                       on_warning=on_warning)
-    return run_bench(pm, prepared, options or BenchOptions())
+    """Preflight, build, check and time ``kernel`` against ``reference``; with ``out``, write bench.json
+    there. Raises KoptError for what the user must fix; returns a BenchResult (possibly failed) once a
+    worker ran."""
+    prepared = prepare(pm, kernel, reference, dims, backend=backend, arch=arch, on_warning=on_warning)
+    result = run_bench(pm, prepared, options or BenchOptions())
+    if out:
+        write_json(out, to_data(result))
+    return result
 
 
 def workload(ref: ReferenceModule, dims: dict, result: BenchResult) -> Workload | None:

@@ -36,7 +36,7 @@ from kopt_core.roofline.ceilings import DEFAULT_CEILINGS
 from kopt_core.roofline.gaps import build_ncu_top, compute_roofline, metric_values
 from kopt_core.roofline.plot import plot_roofline
 from kopt_core.roofline.records import Ceilings, NcuTop, Roofline
-from kopt_core.steps.bench import Prepared, run_bench
+from kopt_core.steps.bench import Prepared, prepare, run_bench
 
 PROFILE_SCHEMA_VERSION = 1
 # Before profiling, a short check and timing: no evidence is gathered on a kernel that fails, and the
@@ -244,3 +244,41 @@ def import_profile(
     }
     write_json(out_dir / "profile.json", summary)
     return ProfileOutcome(out_dir=out_dir, report=report, ncu_top=ncu_top, roofline=roofline, summary=summary)
+
+
+def profile_standalone(
+    kernel: str | Path | None,
+    reference: str | Path | None,
+    dims: dict,
+    *,
+    import_path: str | Path | None = None,
+    out_dir: str | Path | None = None,
+    ceilings_path: str | Path | None = None,
+    backend: str | None = None,
+    arch: str | None = None,
+    ncu_num: int = 5,
+    bundle: str = "auto",
+    ncu_timeout_s: float = 600.0,
+    full_timeout_s: float | None = None,
+    on_warning=None,
+    pm=None,
+) -> ProfileOutcome:
+    """``kopt profile KERNEL --ref REF`` (check, time, then profile) or ``kopt profile --import FILE``
+    (analyse an existing report; the reference, if given, supplies the workload model). The output
+    folder defaults to ``./kopt_profile_<stem>``; ``pm`` is loaded only when a kernel is profiled."""
+    ceilings = load_ceilings(ceilings_path)
+    if import_path:
+        model, dtype = reference_evidence(reference, dims)
+        return import_profile(import_path, Path(out_dir or f"kopt_profile_{Path(import_path).stem}"),
+                              ncu_num=ncu_num, workload=model, ceilings=ceilings, peak_dtype=dtype)
+    if not kernel or not reference:
+        raise ConfigError("kopt profile needs KERNEL and --ref (or --import FILE)")
+    if pm is None:
+        from kopt_core.plugins import get_plugin_manager
+
+        pm = get_plugin_manager()
+    prepared = prepare(pm, kernel, reference, dims, backend=backend, arch=arch, on_warning=on_warning,
+                       purpose="profile it")
+    return profile_prepared(pm, prepared, Path(out_dir or f"kopt_profile_{Path(kernel).stem}"), ncu_num=ncu_num,
+                            ceilings=ceilings, force_bundle=None if bundle == "auto" else bundle,
+                            ncu_timeout_s=ncu_timeout_s, full_timeout_s=full_timeout_s)
