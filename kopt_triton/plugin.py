@@ -150,11 +150,12 @@ def kopt_sass_verify(artifact, signatures, arch, baseline):
 
 
 def disassemble_cubins(artifact) -> str:
-    from kopt_core.sass import SassToolError, disassemble_file
+    """Every cubin in the artifact's Triton cache, disassembled (``kopt_triton.sass.disassemble``)."""
+    from kopt_core.sass import SassToolError
     from kopt_triton.launch import CACHE_FOLDER
-    from kopt_triton.sass import find_cuobjdump
+    from kopt_triton.sass import disassemble
 
     cubins = sorted((Path(artifact.path).parent / CACHE_FOLDER).rglob("*.cubin"))
     if not cubins:
         raise SassToolError(f"no cubin for {artifact.source}: run it once (kopt bench) so that Triton compiles it")
-    return "\n".join(disassemble_file(cubin, find_cuobjdump()) for cubin in cubins)
+    return "\n".join(disassemble(cubin) for cubin in cubins)

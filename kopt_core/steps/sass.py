@@ -12,7 +12,7 @@ from pathlib import Path
 from kopt_core.backends import BackendRegistry
 from kopt_core.errors import ConfigError
 from kopt_core.knowledge.methods import load_methods
-from kopt_core.sass import SassToolError, SassVerdict, disassemble_file, parse_sass, verify
+from kopt_core.sass import SassVerdict, disassemble_file, verify_artifact
 from kopt_core.tools import find_tool
 
 TEXT_SUFFIXES = (".sass", ".txt")
@@ -31,12 +31,12 @@ def offered_cuobjdump(pm) -> str | None:
     return None
 
 
-def _listing(path: Path, cuobjdump: str | None):
+def _listing_text(path: Path, cuobjdump: str | None) -> str:
     if not path.is_file():
         raise ConfigError(f"{path} does not exist")
     if path.suffix in TEXT_SUFFIXES:
-        return parse_sass(path.read_text(errors="replace"))
-    return parse_sass(disassemble_file(path, cuobjdump))
+        return path.read_text(errors="replace")
+    return disassemble_file(path, cuobjdump)
 
 
 def check_sass(pm, target: str | Path, methods: list[str], *, arch: str,
@@ -47,9 +47,5 @@ def check_sass(pm, target: str | Path, methods: list[str], *, arch: str,
         raise ConfigError(f"unknown method id(s) {', '.join(unknown)}",
                           hint="see references/method_registry.json for the ids")
     cuobjdump = offered_cuobjdump(pm)
-    try:
-        listing = _listing(Path(target), cuobjdump)
-        reference = _listing(Path(baseline), cuobjdump) if baseline is not None else None
-    except SassToolError as error:
-        return [SassVerdict(method=m, status="tool_error", expected="", reason=str(error)) for m in methods]
-    return verify(listing, methods, arch=arch, baseline=reference)
+    return verify_artifact(lambda path: _listing_text(Path(path), cuobjdump), target, methods, arch,
+                           baseline)
