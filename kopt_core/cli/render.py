@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kopt_core.records import BenchResult, TimingStats
+from kopt_core.run.summary import fmt_ms
 
 out = Console()
 err = Console(stderr=True)
@@ -30,16 +31,10 @@ def backends_table(rows: list[dict]) -> None:
     out.print(table)
 
 
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value * 1e3:.2f} us" if value < 1 else f"{value:.4f} ms"
-
-
 def _timing_row(table: Table, label: str, stats: TimingStats | None) -> None:
     if stats is None:
         return
-    table.add_row(label, f"median {_ms(stats.median_ms)}  p95 {_ms(stats.p95_ms)}  min {_ms(stats.min_ms)}")
+    table.add_row(label, f"median {fmt_ms(stats.median_ms)}  p95 {fmt_ms(stats.p95_ms)}  min {fmt_ms(stats.min_ms)}")
     table.add_row("", f"n={stats.n} x {stats.launches_per_sample} launch(es), CV {stats.cv:.2%}, "
                       f"median +-{stats.median_ci_rel:.2%} (95%), {stats.stop_reason}")
     table.add_row("", f"{stats.mode}, L2 {stats.l2}, {stats.clock}")
@@ -99,10 +94,10 @@ def profile_report(outcome) -> None:
     table.add_row("report", str(summary.get("report")))
     table.add_row("bundle", f"{summary.get('bundle')} ({summary.get('bundle_reason')})")
     for kernel in summary.get("kernels", []):
-        table.add_row(f"kernel {kernel['id']}", f"{kernel['name'][:70]}: {_ms(kernel.get('duration_ms'))}")
+        table.add_row(f"kernel {kernel['id']}", f"{kernel['name'][:70]}: {fmt_ms(kernel.get('duration_ms'))}")
     if summary.get("harness_median_ms") is not None:
-        table.add_row("ncu vs kopt", f"ncu {_ms(summary['ncu_duration_ms'])}, kopt median "
-                                     f"{_ms(summary['harness_median_ms'])} ({summary['harness_over_ncu']:+.1%})")
+        table.add_row("ncu vs kopt", f"ncu {fmt_ms(summary['ncu_duration_ms'])}, kopt median "
+                                     f"{fmt_ms(summary['harness_median_ms'])} ({summary['harness_over_ncu']:+.1%})")
     gaps = ", ".join(f"{axis} {value:.2f}" if value is not None else f"{axis} unknown" for axis, value in
                      (("compute", roof.delta_compute), ("memory", roof.delta_memory), ("latency", roof.delta_latency)))
     table.add_row(roof.label, f"gaps: {gaps}; bound: {roof.bound}; near peak: {roof.near_peak}")
@@ -168,7 +163,6 @@ def gate_report(env) -> None:
 
 
 def status_report(info: dict) -> None:
-    from kopt_core.run.summary import fmt_ms
 
     table = Table(title=f"kopt status: {info['run_dir']}", show_header=False)
     table.add_column("what", style="bold")

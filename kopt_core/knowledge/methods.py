@@ -24,13 +24,10 @@ from attrs import field, frozen
 
 from kopt_core.errors import ConfigError
 from kopt_core.refdata import load_document
+from kopt_core.roofline.records import AXES
 
 REGISTRY_FILE = "method_registry.json"
 SCHEMA_FILE = "schemas/v1/method_registry.schema.json"
-AXES = ("compute", "memory", "latency")
-BACKENDS = ("cuda", "cutlass", "triton")
-NUMERICS = ("bitwise_preserving", "preconditioned", "approximate")
-OPS = (">=", "<=", ">", "<")
 
 
 @frozen

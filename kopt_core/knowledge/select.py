@@ -17,9 +17,9 @@ import re
 from attrs import field, frozen
 
 from kopt_core.knowledge.methods import AllOf, Condition, Method, MethodRegistry
+from kopt_core.roofline.records import AXES
 
 SELECTION_SCHEMA_VERSION = 1
-AXES = ("compute", "memory", "latency")
 AXIS_CAP = 2
 # A kernel within 10% of its roofline floor (floor_ms / duration_ms >= 0.9) has at most 10% left for any
 # method that keeps its work and the peak it is measured against: only floor-lowering methods are tried.

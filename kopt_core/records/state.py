@@ -6,15 +6,10 @@ previous state readable and can be run again.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from attrs import field, frozen
 
 STATE_SCHEMA_VERSION = 5
 ENV_SCHEMA_VERSION = 1
-
-RunStatus = Literal["initialized", "seeded", "running", "awaiting_branches", "completed", "stopped"]
-
 
 @frozen
 class ToolFound:
@@ -79,7 +74,7 @@ class State:
     history: tuple[HistoryEntry, ...] = field(default=(), converter=tuple)
     roofline_history: tuple[dict, ...] = field(default=(), converter=tuple)
     frontier: tuple[dict, ...] = field(default=(), converter=tuple)
-    run_status: str = "initialized"
+    run_status: str = "initialized"  # initialized | seeded | running | awaiting_branches | completed | stopped
     generation_allowed: bool = False
     stop_reason: str | None = None
     stop_stage: str | None = None

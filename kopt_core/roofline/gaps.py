@@ -76,7 +76,8 @@ def _workload_field(workload: Any, name: str) -> float | None:
     return _known(getattr(workload, name, None))
 
 
-def _rate(value: float, unit: str) -> str:
+def format_rate(value: float, unit: str) -> str:
+    """A rate with an SI prefix: format_rate(4.28e12, "B/s") == "4.28 TB/s"."""
     for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= scale:
             return f"{value / scale:.3g} {prefix}{unit}"
@@ -227,8 +228,8 @@ def compute_roofline(
         memory_util = achieved.bytes_per_s / bandwidth
         memory_floor_ms = bytes_min / bandwidth * 1e3
         reasons.append(
-            f"memory utilisation {_pct(memory_util)}: {_rate(achieved.bytes_per_s, 'B/s')} of "
-            f"{_rate(bandwidth, 'B/s')} ({ceilings.source or 'ceilings'})"
+            f"memory utilisation {_pct(memory_util)}: {format_rate(achieved.bytes_per_s, 'B/s')} of "
+            f"{format_rate(bandwidth, 'B/s')} ({ceilings.source or 'ceilings'})"
         )
         compute_floor_ms = None
         if flops == 0:
@@ -246,8 +247,8 @@ def compute_roofline(
             compute_util = achieved.flops_per_s / peak
             compute_floor_ms = flops / peak * 1e3
             reasons.append(
-                f"compute utilisation {_pct(compute_util)}: {_rate(achieved.flops_per_s, 'FLOP/s')} of the "
-                f"{peak_dtype} peak {_rate(peak, 'FLOP/s')}"
+                f"compute utilisation {_pct(compute_util)}: {format_rate(achieved.flops_per_s, 'FLOP/s')} of the "
+                f"{peak_dtype} peak {format_rate(peak, 'FLOP/s')}"
             )
         floor_ms = max(f for f in (compute_floor_ms, memory_floor_ms) if f is not None)
         tolerance = {"compute": BELOW_FLOOR_TOLERANCE,

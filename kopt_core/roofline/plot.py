@@ -6,14 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kopt_core.roofline.gaps import format_rate
 from kopt_core.roofline.records import AXES, Roofline
-
-
-def _rate(value: float, unit: str) -> str:
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
 
 
 def _figure():
@@ -71,12 +65,12 @@ def _draw_roofline(fig, r: Roofline) -> None:
         roof = [min(peak, bandwidth * x) for x in xs]
         ax.plot(xs, roof, color="black", lw=2.2, label="attainable")
         ax.plot([], [], color="tab:red", ls=":",
-                label=f"compute roof: {r.peak_dtype} {_rate(peak, 'FLOP/s')}")
+                label=f"compute roof: {r.peak_dtype} {format_rate(peak, 'FLOP/s')}")
         ax.plot([ridge], [peak], marker="D", color="gray", ms=7, ls="none",
                 label=f"ridge point: {ridge:.3g} FLOP/byte")
     else:
         ax.plot(xs, [bandwidth * x for x in xs], color="black", lw=2.2, label="attainable (memory only)")
-    ax.plot([], [], color="tab:blue", ls=":", label=f"memory roof: {_rate(bandwidth, 'B/s')}")
+    ax.plot([], [], color="tab:blue", ls=":", label=f"memory roof: {format_rate(bandwidth, 'B/s')}")
 
     parts = []
     if r.compute_utilization is not None:
@@ -85,7 +79,7 @@ def _draw_roofline(fig, r: Roofline) -> None:
         parts.append(f"{100 * r.memory_utilization:.1f}% of bandwidth")
     colour = "tab:red" if r.below_floor else "tab:green"
     ax.plot([intensity], [a.flops_per_s], marker="o", ms=10, color=colour, ls="none",
-            label=f"kernel: {_rate(a.flops_per_s, 'FLOP/s')}, {a.duration_ms:.4g} ms")
+            label=f"kernel: {format_rate(a.flops_per_s, 'FLOP/s')}, {a.duration_ms:.4g} ms")
     note = "\n".join(parts)
     if r.below_floor:
         note += "\nBELOW THE ROOFLINE FLOOR:\nmeasurement bug or cheat"

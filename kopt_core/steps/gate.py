@@ -255,7 +255,6 @@ class Discovery:
 
     tools: tuple[ToolFound, ...] = field(converter=tuple)
     gpus: list
-    gpu_reason: str
     context: dict | None
     probe: ProbeResult
     problems: tuple[str, ...] = field(converter=tuple)
@@ -286,7 +285,7 @@ def discover(pm, registry: BackendRegistry, backend: str, versions: dict[str, st
             problems.append(_tool_problem(tool))
     if not probe.available:
         problems.append(f"backend {backend} is not usable here: {probe.reason or 'its probe says unavailable'}")
-    return Discovery(tools=tools, gpus=gpus, gpu_reason=gpu_reason, context=context, probe=probe,
+    return Discovery(tools=tools, gpus=gpus, context=context, probe=probe,
                      problems=problems)
 
 
