@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import ast
 import json
-from dataclasses import dataclass
 
-from kopt_triton.contract import _is_autotune
+from kopt_triton.contract import autotune_sites
 
 # Pin keys that are bookkeeping, not triton.Config arguments.
 _NOT_OPTIONS = frozenset(
@@ -34,30 +33,6 @@ class PinError(ValueError):
     """The source cannot be pinned as asked (a pinned kernel is not found, a value cannot be written)."""
 
 
-@dataclass(frozen=True)
-class AutotuneSite:
-    """One ``@...autotune(...)`` decorator and where its ``configs`` argument is written."""
-
-    function: str
-    decorator: ast.Call
-    configs: ast.expr | None  # the configs argument (keyword or first positional); None if absent
-
-
-def autotune_sites(tree: ast.Module) -> list[AutotuneSite]:
-    """Every top-level function's autotune decorator, in file order."""
-    sites = []
-    for node in tree.body:
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        for decorator in node.decorator_list:
-            if _is_autotune(decorator):
-                assert isinstance(decorator, ast.Call)
-                configs = next((k.value for k in decorator.keywords if k.arg == "configs"), None)
-                if configs is None and decorator.args:
-                    configs = decorator.args[0]
-                sites.append(AutotuneSite(function=node.name, decorator=decorator, configs=configs))
-                break
-    return sites
 
 
 def _config_constructor(tree: ast.Module, decorator: ast.Call) -> str:

@@ -12,6 +12,7 @@ refuses to start without them), those with a default are taken from the dims onl
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from pathlib import Path
 
 from kopt_core.errors import ConfigError
@@ -132,11 +133,30 @@ def find_autotuned(tree: ast.Module) -> list[tuple[str, int]]:
     Their configuration is chosen by timing at the first launch, so kopt pins it (records the choice and
     writes a pinned copy of the source) rather than let profiling see a different kernel.
     """
-    found = []
+    return [(site.function, site.decorator.lineno) for site in autotune_sites(tree)]
+
+
+@dataclass(frozen=True)
+class AutotuneSite:
+    """One ``@...autotune(...)`` decorator and where its ``configs`` argument is written."""
+
+    function: str
+    decorator: ast.Call
+    configs: ast.expr | None  # the configs argument (keyword or first positional); None if absent
+
+
+def autotune_sites(tree: ast.Module) -> list[AutotuneSite]:
+    """Every top-level function's autotune decorator, in file order."""
+    sites = []
     for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for decorator in node.decorator_list:
-                if _is_autotune(decorator):
-                    found.append((node.name, decorator.lineno))
-                    break
-    return found
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for decorator in node.decorator_list:
+            if _is_autotune(decorator):
+                assert isinstance(decorator, ast.Call)
+                configs = next((k.value for k in decorator.keywords if k.arg == "configs"), None)
+                if configs is None and decorator.args:
+                    configs = decorator.args[0]
+                sites.append(AutotuneSite(function=node.name, decorator=decorator, configs=configs))
+                break
+    return sites
