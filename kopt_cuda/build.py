@@ -50,6 +50,10 @@ _PTXAS_CMEM = re.compile(r"(\d+) bytes cmem\[\d+\]")
 _PTXAS_CHATTER = re.compile(r"^ptxas info\b|^\s+\d+ bytes stack frame")
 
 
+NVCC_MISSING = ("nvcc not found (looked on PATH, in $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda*/bin and "
+                "/opt/cuda*/bin): install the CUDA toolkit or set CUDA_HOME")
+
+
 def find_nvcc() -> str | None:
     """The nvcc to use: PATH first, then the usual CUDA install locations (newest versioned first)."""
     return find_tool("nvcc")
@@ -141,10 +145,7 @@ def build_shared_library(
     started = time.perf_counter()
     nvcc = toolchain.tools.get("nvcc") or find_nvcc()
     if not nvcc:
-        raise HardwareError(
-            "nvcc not found (looked on PATH, in $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda*/bin and "
-            "/opt/cuda/bin): install the CUDA toolkit or set CUDA_HOME"
-        )
+        raise HardwareError(NVCC_MISSING)
     paths = [Path(source).resolve() for source in sources]
     version = nvcc_version(nvcc)
     flags = [*base_flags(), *arch_flags(toolchain.arch), *extra_flags]

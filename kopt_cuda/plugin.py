@@ -69,13 +69,11 @@ def kopt_register_backends(register):
 def kopt_probe(backend, env):
     if backend != NAME:
         return None
-    from kopt_cuda.build import find_nvcc, nvcc_version
+    from kopt_cuda.build import NVCC_MISSING, find_nvcc, nvcc_version
 
     nvcc = find_nvcc()
     if nvcc is None:
-        return ProbeResult(backend=NAME, available=False,
-                           reason="nvcc not found on PATH, CUDA_HOME, CUDA_PATH or /usr/local/cuda*; install the "
-                                  "CUDA toolkit or set CUDA_HOME")
+        return ProbeResult(backend=NAME, available=False, reason=NVCC_MISSING)
     return ProbeResult(backend=NAME, available=True, details={"nvcc": nvcc, "nvcc_version": nvcc_version(nvcc)})
 
 

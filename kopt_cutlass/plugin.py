@@ -14,7 +14,7 @@ from kopt_core.bench import run_worker
 from kopt_core.errors import HardwareError
 from kopt_core.records import ProfileLaunch
 from kopt_core.records.backend import BackendInfo, ProbeResult
-from kopt_cuda.build import find_nvcc as cuda_find_nvcc
+from kopt_cuda.build import NVCC_MISSING, find_nvcc as cuda_find_nvcc
 from kopt_cuda.plugin import compile_solve, disassemble_library, preflight_solve
 from kopt_cutlass.headers import compile_flags, discover
 
@@ -37,7 +37,6 @@ HEADERS_HINT = (
     "install them with `pip install nvidia-cutlass` (or pip install 'kopt-cutlass[headers]'), "
     "or set CUTLASS_PATH to a CUTLASS 3.x checkout (or CUTLASS_INCLUDE_DIR to its include directory)"
 )
-NVCC_HINT = "install the CUDA toolkit and put nvcc on PATH (or set CUDA_HOME)"
 
 
 def find_nvcc() -> tuple[str | None, str]:
@@ -79,7 +78,7 @@ def kopt_probe(backend, env):
             + HEADERS_HINT
         )
     if nvcc is None:
-        reasons.append(f"nvcc not found ({nvcc_lookup}); to fix: {NVCC_HINT}")
+        reasons.append(f"{NVCC_MISSING} ({nvcc_lookup})")
     return ProbeResult(backend=BACKEND, available=not reasons, reason=" | ".join(reasons), details=details)
 
 
