@@ -12,12 +12,10 @@ default stream, which synchronises with every other stream.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -26,7 +24,7 @@ import attrs
 
 from kopt_core.process import run_in_group
 from kopt_core.errors import ConfigError, HardwareError
-from kopt_core.buildcache import cache_root
+from kopt_core.buildcache import content_key, entry_path, is_complete, publish, staging_folder
 from kopt_core.tools import find_tool
 from kopt_core.jsonio import read_json, write_json, write_text_atomic
 from kopt_core.records import from_data, to_data
@@ -34,6 +32,7 @@ from kopt_core.records.build import Artifact, KernelResources, Toolchain
 from kopt_core.records.kernel import KernelInterface
 
 BUILD_TIMEOUT_S = 600.0
+LIBRARY = "lib.so"  # the product in a cache entry
 LAUNCHER = "kopt_cuda.launch:load"  # how the harness loads a built library (CUDA and CUTLASS alike)
 # Bump when the way a build is made or stored changes, so old cache entries are not reused.
 _CACHE_FORMAT = 1
@@ -153,27 +152,25 @@ def build_shared_library(
 
     dependencies = _dependencies(nvcc, paths, flags, build_dir, timeout_s)
     key = _cache_key(paths, flags, version, toolchain.arch, dependencies)
-    cache = cache_root(toolchain)
-    entry = cache / key[:2] / key
+    entry = entry_path(toolchain, key)
 
-    if _complete(entry):
+    if is_complete(entry, LIBRARY):
         stored = from_data(read_json(entry / "build.json"), Artifact)
         write_text_atomic(build_dir / "build.log", stored.log)
         return attrs.evolve(
             stored,
             backend=backend,
             source=str(paths[0]),
-            path=str(entry / "lib.so"),
+            path=str(entry / LIBRARY),
             launcher=LAUNCHER,
             interface=interface,
             cache_hit=True,
             build_seconds=time.perf_counter() - started,
         )
 
-    cache.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".building-", dir=cache))
+    staging = staging_folder(entry)
     try:
-        command = [nvcc, *flags, "-o", str(staging / "lib.so"), *map(str, paths)]
+        command = [nvcc, *flags, "-o", str(staging / LIBRARY), *map(str, paths)]
         completed = _run(command, timeout=timeout_s, what=f"nvcc building {paths[0]}")
         log = completed.stdout + completed.stderr
         write_text_atomic(build_dir / "build.log", log)
@@ -182,7 +179,7 @@ def build_shared_library(
         artifact = Artifact(
             backend=backend,
             source=str(paths[0]),
-            path=str(entry / "lib.so"),
+            path=str(entry / LIBRARY),
             launcher=LAUNCHER,
             interface=interface,
             arch=toolchain.arch,
@@ -195,7 +192,7 @@ def build_shared_library(
             resources=parse_ptxas(log),
         )
         write_json(staging / "build.json", to_data(artifact))
-        _publish(staging, entry)
+        publish(staging, entry, LIBRARY)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return artifact
@@ -254,41 +251,9 @@ def _dependencies(nvcc: str, sources: list[Path], flags: list[str], build_dir: P
 
 def _cache_key(sources: list[Path], flags: list[str], version: str, arch: str,
                dependencies: list[Path]) -> str:
-    digest = hashlib.sha256()
-
-    def part(label: str, data: bytes) -> None:
-        # Labelled and length-prefixed, so no two different inputs can hash as the same byte stream.
-        digest.update(f"{label}\0{len(data)}\0".encode() + data)
-
-    part("format", str(_CACHE_FORMAT).encode())
-    for source in sources:
-        part("source", source.read_bytes())
-    part("flags", "\0".join(flags).encode())
-    part("nvcc", version.encode())
-    part("arch", arch.encode())
+    parts = [("format", str(_CACHE_FORMAT).encode())]
+    parts += [("source", source.read_bytes()) for source in sources]
+    parts += [("flags", "\0".join(flags).encode()), ("nvcc", version.encode()), ("arch", arch.encode())]
     for dependency in dependencies:
-        part("dependency", str(dependency).encode())
-        part("content", dependency.read_bytes())
-    return digest.hexdigest()
-
-
-def _complete(entry: Path) -> bool:
-    return (entry / "build.json").is_file() and (entry / "lib.so").is_file()
-
-
-def _publish(staging: Path, entry: Path) -> None:
-    """Move a finished build into place in one rename, so no reader ever sees half an entry.
-
-    If another process published the same key first, its entry is kept: same key, same inputs. An
-    entry left incomplete by hand (a deleted lib.so) is replaced.
-    """
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.rename(staging, entry)
-    except OSError:
-        if _complete(entry):
-            return
-        discard = Path(tempfile.mkdtemp(prefix=".stale-", dir=staging.parent))
-        os.rename(entry, discard / entry.name)
-        shutil.rmtree(discard, ignore_errors=True)
-        os.rename(staging, entry)
+        parts += [("dependency", str(dependency).encode()), ("content", dependency.read_bytes())]
+    return content_key(parts)

@@ -12,16 +12,13 @@ Files the kernel imports from its own folder are not copied; the launcher keeps 
 
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import attrs
 
-from kopt_core.buildcache import cache_root
+from kopt_core.buildcache import content_key, entry_path, is_complete, publish, staging_folder
 from kopt_core.errors import ConfigError
 from kopt_core.jsonio import read_json, write_json
 from kopt_core.records import Artifact, Candidate, Toolchain, from_data, to_data
@@ -32,13 +29,8 @@ _CACHE_FORMAT = 1
 
 
 def cache_key(source: bytes, name: str, triton_version: str, arch: str) -> str:
-    """sha256 over labelled, length-prefixed parts (no two different inputs hash as one byte stream)."""
-    digest = hashlib.sha256()
-    parts = (("backend", b"triton"), ("format", str(_CACHE_FORMAT).encode()), ("source", source),
-             ("name", name.encode()), ("triton", triton_version.encode()), ("arch", arch.encode()))
-    for label, data in parts:
-        digest.update(f"{label}\0{len(data)}\0".encode() + data)
-    return digest.hexdigest()
+    return content_key((("backend", b"triton"), ("format", str(_CACHE_FORMAT).encode()), ("source", source),
+                        ("name", name.encode()), ("triton", triton_version.encode()), ("arch", arch.encode())))
 
 
 def prepare_artifact(candidate: Candidate, toolchain: Toolchain) -> Artifact:
@@ -58,17 +50,15 @@ def prepare_artifact(candidate: Candidate, toolchain: Toolchain) -> Artifact:
         raise ConfigError(f"cannot read kernel file {source_path}: {exc}") from None
     version = triton_version() or "not installed"
     key = cache_key(source, source_path.name, version, toolchain.arch)
-    root = cache_root(toolchain)
-    entry = root / key[:2] / key
+    entry = entry_path(toolchain, key)
     copy = entry / source_path.name
 
-    if _complete(entry, copy):
+    if is_complete(entry, copy.name):
         stored = from_data(read_json(entry / "build.json"), Artifact)
         return attrs.evolve(stored, source=str(source_path), path=str(copy), interface=interface,
                             cache_hit=True, build_seconds=time.perf_counter() - started)
 
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
+    staging = staging_folder(entry)
     try:
         (staging / source_path.name).write_bytes(source)
         artifact = Artifact(
@@ -85,26 +75,7 @@ def prepare_artifact(candidate: Candidate, toolchain: Toolchain) -> Artifact:
             log="Triton compiles at the first launch, in the bench worker",
         )
         write_json(staging / "build.json", to_data(artifact))
-        _publish(staging, entry, copy)
+        publish(staging, entry, copy.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return artifact
-
-
-def _complete(entry: Path, copy: Path) -> bool:
-    return (entry / "build.json").is_file() and copy.is_file()
-
-
-def _publish(staging: Path, entry: Path, copy: Path) -> None:
-    """Move the finished folder into place in one rename, so no reader sees half an entry; if another
-    process published the same key first, its entry (same inputs) is kept."""
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.rename(staging, entry)
-    except OSError:
-        if _complete(entry, copy):
-            return
-        discard = Path(tempfile.mkdtemp(prefix=".stale-", dir=staging.parent))
-        os.rename(entry, discard / entry.name)
-        shutil.rmtree(discard, ignore_errors=True)
-        os.rename(staging, entry)

@@ -66,9 +66,6 @@ class SassListing:
     def counts(self) -> Counter:
         return Counter(self.instructions)
 
-    def function(self, name: str) -> SassFunction | None:
-        return next((f for f in self.functions if f.name == name), None)
-
     @property
     def empty(self) -> bool:
         return not any(function.instructions for function in self.functions)
