@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 from kopt_core.jsonio import read_json, write_json
@@ -15,21 +15,34 @@ from kopt_core.records import BenchRequest, BenchResult, from_data, to_data
 STDERR_TAIL = 2000
 
 
-def run_worker(request: BenchRequest, workdir: str | Path | None = None) -> BenchResult:
+def base_fields(request: BenchRequest) -> dict:
+    """The fields every BenchResult of ``request`` carries, whatever became of the run (the worker starts
+    from them; a worker that died before writing anything leaves only them)."""
+    import kopt_core
+
+    return {
+        "kernel": request.artifact.source,
+        "backend": request.artifact.backend,
+        "reference_file": request.reference,
+        "dims": dict(request.dims),
+        "build": request.artifact,
+        "options": request.options,
+        "kopt_version": kopt_core.__version__,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def run_worker(request: BenchRequest) -> BenchResult:
     """Check and time ``request.artifact`` in a fresh process. A crash, a CUDA error or a hang fails this
-    candidate (status ``failed``) and never the caller. Without ``workdir`` the request and result files
-    live in a temporary folder that is removed afterwards."""
-    if workdir is None:
-        folder = Path(tempfile.mkdtemp(prefix="kopt-bench-"))
-        try:
-            return run_worker(request, folder)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-    folder = Path(workdir)
-    folder.mkdir(parents=True, exist_ok=True)
+    candidate (status ``failed``) and never the caller. The request and result files live in a temporary
+    folder that is removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="kopt-bench-") as scratch:
+        return _run_in(Path(scratch), request)
+
+
+def _run_in(folder: Path, request: BenchRequest) -> BenchResult:
     request_path = folder / "bench_request.json"
     result_path = folder / "bench_result.json"
-    result_path.unlink(missing_ok=True)
     write_json(request_path, to_data(request))
     timeout = request.options.timeout_s
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -53,11 +66,7 @@ def run_worker(request: BenchRequest, workdir: str | Path | None = None) -> Benc
 def _failed(request: BenchRequest, partial: BenchResult | None, stage: str, message: str, stderr: str) -> BenchResult:
     tail = (stderr or "").strip()[-STDERR_TAIL:]
     error = message + (f"\nworker stderr (last lines):\n{tail}" if tail else "")
-    data = to_data(partial) if partial is not None else {
-        "kernel": request.artifact.source, "backend": request.artifact.backend, "status": "failed",
-        "reference_file": request.reference, "dims": dict(request.dims), "build": to_data(request.artifact),
-        "options": to_data(request.options),
-    }
+    data = to_data(partial) if partial is not None else {k: to_data(v) for k, v in base_fields(request).items()}
     # What the worker had established before it died (buffers, earlier checks) is kept as evidence.
     data.update(status="failed", error=error, error_stage=stage, timing_valid=False)
     return from_data(data, BenchResult)

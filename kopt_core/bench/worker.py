@@ -8,7 +8,6 @@ so a worker that is killed still leaves what it had established.
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 import sys
 import time
@@ -16,10 +15,10 @@ import traceback
 
 import torch
 
-import kopt_core
 from kopt_core.bench import buffers as buffer_plan
 from kopt_core.bench.compare import compare, unchanged
 from kopt_core.bench.launchers import LaunchError, load_launcher
+from kopt_core.bench.runner import base_fields
 from kopt_core.bench.timing import (
     CudaEventClock,
     HostClock,
@@ -63,17 +62,7 @@ class WorkerRun:
         self.request = request
         self.options = request.options
         self.result_path = result_path
-        self.fields: dict = {
-            "kernel": request.artifact.source,
-            "backend": request.artifact.backend,
-            "status": "error",
-            "reference_file": request.reference,
-            "dims": dict(request.dims),
-            "build": request.artifact,
-            "options": request.options,
-            "kopt_version": kopt_core.__version__,
-            "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        }
+        self.fields: dict = {**base_fields(request), "status": "error"}
         self.checks: list[CorrectnessCheck] = []
         self.started = time.perf_counter()
 
