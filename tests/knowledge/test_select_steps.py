@@ -72,7 +72,8 @@ def test_standalone_needs_both_files(tmp_path):
     assert kopt("select", "--roofline", tmp_path / "roofline.json").returncode == 4
 
 
-def test_run_form_writes_into_the_iteration(make_pm, tmp_path):
+def run_with_the_naive_profile(make_pm, tmp_path):
+    """A run of the example backend whose iterv1/ holds the real naive-SGEMM profile (no GPU needed)."""
     pm = make_pm(kopt_example_backend)
     for name in ("saxpy.py", "saxpy_ref.py"):
         shutil.copy(KERNELS / name, tmp_path / name)
@@ -82,6 +83,11 @@ def test_run_form_writes_into_the_iteration(make_pm, tmp_path):
                      env_path=tmp_path / "env.json")
     folder = store.run_dir / "iterv1"
     import_profile(FIXTURES / "naive_full_raw.csv", folder, workload=SGEMM, peak_dtype="float32")
+    return pm, store, folder
+
+
+def test_run_form_writes_into_the_iteration(make_pm, tmp_path):
+    pm, store, folder = run_with_the_naive_profile(make_pm, tmp_path)
     path = select_in_run(pm, store, 1)
     methods = json.loads(path.read_text())
     assert path.parent == folder and methods["arch"] == "sm_90a" and methods["backend"] == "pytorch"
@@ -99,15 +105,7 @@ def test_run_form_writes_into_the_iteration(make_pm, tmp_path):
 
 
 def test_run_form_needs_an_acknowledgement_for_an_implementation_failed_method(make_pm, tmp_path):
-    pm = make_pm(kopt_example_backend)
-    for name in ("saxpy.py", "saxpy_ref.py"):
-        shutil.copy(KERNELS / name, tmp_path / name)
-    write_json(tmp_path / "env.json", to_data(Env(backend="pytorch", generation_allowed=True,
-                                                   gpu={"capability": "9.0"})))
-    store = init_run(pm, baseline=tmp_path / "saxpy.py", ref=tmp_path / "saxpy_ref.py", dims={"N": 4096},
-                     env_path=tmp_path / "env.json")
-    folder = store.run_dir / "iterv1"
-    import_profile(FIXTURES / "naive_full_raw.csv", folder, workload=SGEMM, peak_dtype="float32")
+    pm, store, folder = run_with_the_naive_profile(make_pm, tmp_path)
     # selection reads only the run's backend name: judge the profile as the CUDA kernel it came from
     store.update(backend="cuda", implementation_failed_methods=("memory.coalescing",))
     # coalescing fires on this profile's 56% load efficiency when ncu's excess-sector count is unknown
