@@ -1,33 +1,170 @@
-"""Backends as registered by plugins: naming, clashes, detection from a file, availability."""
+"""Backends as registered by plugins: naming, owners, clashes, detection from a file, and the calls.
+
+Each backend is owned by the plugin that registered it. ``BackendHooks`` calls a per-backend hook on
+that plugin alone (pluggy's ``subset_hook_caller``), so no implementation sees another backend's
+candidates, and supplies the core's default when the owner leaves an optional hook out
+(kopt_core/hookspecs.py says which hooks are optional and what each default does).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
 
 from kopt_core.errors import ConfigError
-from kopt_core.records import BackendInfo, ProbeResult
+from kopt_core.records import (
+    Artifact,
+    BackendInfo,
+    BenchRequest,
+    BenchResult,
+    Candidate,
+    PreflightReport,
+    ProbeResult,
+    ProfileLaunch,
+    Toolchain,
+)
+
+if TYPE_CHECKING:
+    from pluggy import HookCaller
+
+    from kopt_core.plugins import PluginManager
+    from kopt_core.reference import ReferenceModule
+    from kopt_core.sass import SassVerdict
+
+
+@frozen
+class BackendHooks:
+    """The per-backend hooks of one backend, called on its owning plugin alone."""
+
+    pm: PluginManager
+    info: BackendInfo
+    owner: str  # the owning plugin's name in the plugin manager
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    def _caller(self, hook: str) -> HookCaller:
+        owner = self.pm.get_plugin(self.owner)
+        others = [plugin for plugin in self.pm.get_plugins() if plugin is not owner]
+        return self.pm.subset_hook_caller(hook, remove_plugins=others)
+
+    def implements(self, hook: str) -> bool:
+        return bool(self._caller(hook).get_hookimpls())
+
+    def _call(self, hook: str, **kwargs: Any) -> Any:
+        """The owner's answer; ``None`` means the owner does not implement ``hook``."""
+        caller = self._caller(hook)
+        if not caller.get_hookimpls():
+            return None
+        result = caller(**kwargs)
+        if result is None:
+            raise ConfigError(
+                f"the {self.name} backend's {hook} returned nothing",
+                hint=f"its plugin ({self.owner}) is broken: a hook it implements must return a result",
+            )
+        return result
+
+    def _required(self, hook: str, **kwargs: Any) -> Any:
+        if not self.implements(hook):
+            raise ConfigError(
+                f"the {self.name} backend does not implement {hook}, which every backend must",
+                hint=f"its plugin ({self.owner}) is incomplete; pick another backend with --backend",
+            )
+        return self._call(hook, **kwargs)
+
+    def probe(self, env: dict[str, Any] | None = None) -> ProbeResult:
+        """Whether the toolchain is usable here. A probe that raises makes the backend unavailable."""
+        try:
+            result = self._call("kopt_probe", backend=self.name, env=env or {})
+        except Exception as exc:
+            return ProbeResult(
+                backend=self.name, available=False, reason=f"probe failed: {type(exc).__name__}: {exc}"
+            )
+        if result is None:
+            return ProbeResult(backend=self.name, available=True, reason="", details={"probe": "none"})
+        return result  # type: ignore[no-any-return]
+
+    def preflight(
+        self, candidate: Candidate, dims: dict[str, Any], reference: ReferenceModule
+    ) -> PreflightReport:
+        return self._required(  # type: ignore[no-any-return]
+            "kopt_preflight", candidate=candidate, dims=dims, reference=reference
+        )
+
+    def compile(self, candidate: Candidate, build_dir: Path, toolchain: Toolchain) -> Artifact:
+        return self._required(  # type: ignore[no-any-return]
+            "kopt_compile", candidate=candidate, build_dir=build_dir, toolchain=toolchain
+        )
+
+    def bench(self, request: BenchRequest) -> BenchResult:
+        result = self._call("kopt_bench", request=request)
+        if result is None:
+            from kopt_core.bench import run_worker
+
+            return run_worker(request)
+        return result  # type: ignore[no-any-return]
+
+    def profile(self, artifact: Artifact, request: BenchRequest) -> ProfileLaunch:
+        result = self._call("kopt_profile", artifact=artifact, request=request)
+        return ProfileLaunch() if result is None else result
+
+    def disassemble(self, artifact: Artifact) -> str:
+        """The artifact's SASS. Raises ``SassToolError`` when there is none to be had."""
+        from kopt_core.sass import SassToolError
+
+        text = self._call("kopt_disassemble", artifact=artifact)
+        if text is None:
+            raise SassToolError(f"the {self.name} backend offers no disassembler (kopt_disassemble)")
+        if not text.strip():
+            raise SassToolError(f"the {self.name} backend gave an empty SASS listing for {artifact.source}")
+        return text  # type: ignore[no-any-return]
+
+    def sass_verify(
+        self, artifact: Artifact, signatures: Sequence[str], arch: str, baseline: Artifact | None = None
+    ) -> list[SassVerdict]:
+        result = self._call(
+            "kopt_sass_verify", artifact=artifact, signatures=list(signatures), arch=arch, baseline=baseline
+        )
+        if result is None:
+            from kopt_core.sass import verify_artifact
+
+            return verify_artifact(self.disassemble, artifact, list(signatures), arch, baseline)
+        return list(result)
 
 
 @frozen
 class BackendRegistry:
-    backends: dict  # name -> BackendInfo
-    clashes: tuple  # names registered more than once
+    """Every registered backend, its owner, and the names registered more than once."""
+
+    pm: PluginManager
+    backends: dict[str, BackendInfo]
+    owners: dict[str, str]  # backend name -> owning plugin's name
+    clashes: tuple[str, ...]
 
     @classmethod
-    def from_plugins(cls, pm) -> "BackendRegistry":
+    def from_plugins(cls, pm: PluginManager) -> BackendRegistry:
         found: dict[str, BackendInfo] = {}
+        owners: dict[str, str] = {}
         clashes: list[str] = []
+        for plugin in pm.get_plugins():
+            name = pm.get_name(plugin)
+            if name is None:
+                continue
 
-        def register(info: BackendInfo) -> None:
-            if info.name in found:
-                clashes.append(info.name)
-                return
-            found[info.name] = info
+            def register(info: BackendInfo, owner: str = name) -> None:
+                if info.name in found:
+                    clashes.append(info.name)
+                    return
+                found[info.name] = info
+                owners[info.name] = owner
 
-        pm.hook.kopt_register_backends(register=register)
-        return cls(backends=found, clashes=tuple(clashes))
+            only_this = [other for other in pm.get_plugins() if other is not plugin]
+            pm.subset_hook_caller("kopt_register_backends", remove_plugins=only_this)(register=register)
+        return cls(pm=pm, backends=found, owners=owners, clashes=tuple(clashes))
 
     def get(self, name: str) -> BackendInfo:
         if name not in self.backends:
@@ -37,6 +174,13 @@ class BackendRegistry:
                 hint="install its package (e.g. pip install kopt-cuda) or pick one of the installed ones",
             )
         return self.backends[name]
+
+    def hooks(self, name: str) -> BackendHooks:
+        """The calls of backend ``name``, made on its owner alone."""
+        return BackendHooks(pm=self.pm, info=self.get(name), owner=self.owners[name])
+
+    def probe(self, name: str, env: dict[str, Any] | None = None) -> ProbeResult:
+        return self.hooks(name).probe(env)
 
     def detect(self, path: str | Path) -> BackendInfo:
         """The backend for a kernel file: by suffix, a backend whose markers appear in the text first."""
@@ -57,11 +201,7 @@ class BackendRegistry:
         pool = claiming or [b for b in by_suffix if not b.claims] or by_suffix
         return sorted(pool, key=lambda b: (-b.priority, b.name))[0]
 
-    def probe(self, pm, name: str, env: dict | None = None) -> ProbeResult:
-        try:
-            result = pm.hook.kopt_probe(backend=name, env=env or {})
-        except Exception as exc:  # a broken probe makes its backend unavailable, not kopt unusable
-            return ProbeResult(backend=name, available=False, reason=f"probe failed: {type(exc).__name__}: {exc}")
-        if result is None:
-            return ProbeResult(backend=name, available=False, reason="no plugin answered kopt_probe")
-        return result
+
+def backend_hooks(pm: PluginManager, name: str) -> BackendHooks:
+    """The calls of backend ``name`` (an unknown name is a ConfigError naming the installed ones)."""
+    return BackendRegistry.from_plugins(pm).hooks(name)

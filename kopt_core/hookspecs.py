@@ -1,105 +1,190 @@
-"""Every hook kopt calls. Plugins implement them with ``@kopt_core.hookimpl``.
+"""The backend contract: every hook kopt calls. Plugins implement them with ``@kopt_core.hookimpl``.
 
-Hooks are called with keyword arguments. An implementation may accept fewer arguments than its spec;
-specs grow by adding arguments, never by renaming them.
+How hooks are called
+    Always with keyword arguments. An implementation may accept fewer arguments than its spec, so specs
+    grow by adding arguments, never by renaming or removing them.
 
-Backend operations are ``firstresult`` hooks that dispatch on the backend name of the candidate or
-artifact they are given: an implementation returns ``None`` for anything that is not its own, and the
-call stops at the first non-None result.
+Who answers
+    ``kopt_register_backends`` is broadcast: every plugin may register backends. Every other hook is a
+    per-backend hook: the core calls it on the one plugin that registered the backend in question (the
+    *owner*), through ``kopt_core.backends.BackendHooks``. An implementation therefore never checks
+    whether a call is its own. A plugin that registers two backends reads ``backend`` (or
+    ``candidate.backend``, ``artifact.backend``) to tell them apart.
+
+Required and optional
+    A backend must implement ``kopt_preflight`` and ``kopt_compile``. The others are optional: when the
+    owner leaves one out, the core uses the default that each docstring names. Defaults live in
+    ``kopt_core.backends``, so a backend never writes a hook that only forwards to a shared function.
+
+docs/plugins.md writes a backend from scratch with these hooks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 import pluggy
+
+if TYPE_CHECKING:
+    from kopt_core.records import (
+        Artifact,
+        BackendInfo,
+        BenchRequest,
+        BenchResult,
+        Candidate,
+        PreflightReport,
+        ProbeResult,
+        ProfileLaunch,
+        Toolchain,
+    )
+    from kopt_core.reference import ReferenceModule
+    from kopt_core.sass import SassVerdict
 
 hookspec = pluggy.HookspecMarker("kopt")
 
 
-@hookspec
-def kopt_register_backends(register):
-    """Register backends. Call ``register(BackendInfo(...))`` once per backend this plugin provides.
-
-    The core owns naming: a name registered twice is an error reported by ``kopt backends``.
-    """
-
-
-@hookspec(firstresult=True)
-def kopt_probe(backend, env):
-    """Say whether ``backend``'s toolchain is usable here.
-
-    ``backend`` is a backend name; ``env`` is a dict of what the caller already found (tools, GPU).
-    Return a ``ProbeResult`` for your own backend, ``None`` otherwise. Must not raise for a missing
-    dependency: a missing toolchain is an unavailable backend with its reason.
-    """
-
-
-@hookspec(firstresult=True)
-def kopt_preflight(candidate, dims, reference):
-    """Check a candidate's static contract without a GPU.
-
-    ``candidate`` is a ``Candidate``; ``dims`` maps dim names to numbers; ``reference`` is the loaded
-    ``ReferenceModule``. Return a ``PreflightReport`` (with the parsed ``KernelInterface``), or ``None``
-    if the candidate is not your backend's.
-    """
-
-
-@hookspec(firstresult=True)
-def kopt_compile(candidate, build_dir, toolchain):
-    """Build ``candidate`` into an ``Artifact`` under ``build_dir`` with ``toolchain``.
-
-    Return ``None`` if the candidate is not your backend's. Raise ``kopt_core.errors.ConfigError`` with
-    the compiler's message when the source does not build.
-    """
-
-
-@hookspec(firstresult=True)
-def kopt_bench(artifact, request):
-    """Check correctness over seeds and time ``artifact`` in an isolated worker process.
-
-    ``request`` is a ``BenchRequest``. Return a ``BenchResult``, or ``None`` if the artifact is not your
-    backend's. Most backends delegate to ``kopt_core.bench.run_worker`` with their own launcher.
-    """
-
-
-@hookspec(firstresult=True)
-def kopt_profile(artifact, request):
-    """Say how Nsight Compute should launch ``artifact`` and which kernels to keep.
-
-    Return a ``ProfileLaunch`` (command, kernel filter) or ``None`` if the artifact is not yours.
-    """
-
-
-@hookspec(firstresult=True)
-def kopt_disassemble(artifact):
-    """The SASS of ``artifact`` as ``cuobjdump --dump-sass`` text (every kernel it holds), or ``None`` if
-    the artifact is not yours. Raise ``kopt_core.sass.SassToolError`` when the disassembler is missing or
-    fails: kopt records that, and never reads an empty listing as a kernel without instructions.
-    kopt keeps the listing beside each profile (``<name>.sass``) for kernel traits and SASS verification.
-    """
-
-
-@hookspec(firstresult=True)
-def kopt_sass_verify(artifact, signatures, arch, baseline):
-    """Disassemble ``artifact`` and check the methods named in ``signatures`` (method ids, looked up in
-    references/sass_signatures.json) against its instructions.
-
-    ``arch`` is the SM the artifact was built for ("sm_90a"); ``baseline`` is the baseline's Artifact for
-    rules relative to it, or None. Return a list of ``kopt_core.sass.SassVerdict`` (pass, fail,
-    inconclusive, not_applicable, tool_error), or ``None`` if the artifact is not yours. A missing tool or
-    an empty disassembly is never a pass (``kopt_core.sass.verify_artifact`` keeps that rule, over the
-    backend's own ``kopt_disassemble``).
-    """
+# -------------------------------------------------------------------------------------------------
+# Registration (broadcast)
+# -------------------------------------------------------------------------------------------------
 
 
 @hookspec
-def kopt_register_generators(register):
-    """Register candidate generators by name: ``register(name, summary)``."""
+def kopt_register_backends(register: Callable[[BackendInfo], None]) -> None:
+    """Register the backends this plugin provides: call ``register(BackendInfo(...))`` once for each.
+
+    Broadcast to every plugin; the return value is ignored. The plugin that registers a backend owns it:
+    kopt sends that backend's per-backend hooks to this plugin alone. A name registered twice is a clash
+    that ``kopt backends`` reports; the first registration is kept.
+    """
+
+
+# -------------------------------------------------------------------------------------------------
+# Availability (per backend, optional)
+# -------------------------------------------------------------------------------------------------
 
 
 @hookspec(firstresult=True)
-def kopt_generate(request):
-    """Write candidate kernels for one iteration.
+def kopt_probe(backend: str, env: dict[str, Any]) -> ProbeResult | None:
+    """Say whether ``backend``'s toolchain is usable on this machine.
 
-    ``request.generator`` names the generator that should answer; others return ``None``. Return the
-    list of files written.
+    :param backend: the backend's registered name.
+    :param env: what the caller already found, possibly nothing: the hardware gate passes
+        ``{"tools": {name: path or None}, "gpus": [{"index", "name", "capability"}], "cuda_context": bool}``.
+    :returns: a ``ProbeResult``. Its ``details`` may name a tool the backend brings (``{"cuobjdump":
+        path}``): the hardware gate and ``kopt sass`` use it.
+
+    Must not raise for a missing dependency: a missing toolchain is an unavailable backend with its
+    reason. If it raises anyway, the backend is reported unavailable with the exception.
+
+    Optional. Without it the backend is available (it has no toolchain to look for).
+    """
+
+
+# -------------------------------------------------------------------------------------------------
+# Static contract and build (per backend, required)
+# -------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def kopt_preflight(candidate: Candidate, dims: dict[str, int | float], reference: ReferenceModule) -> PreflightReport:
+    """Check a candidate's static contract without a GPU and without building it.
+
+    :param candidate: the kernel file and its backend.
+    :param dims: dim names to values, as the user gave them.
+    :param reference: the loaded reference module.
+    :returns: a ``PreflightReport`` with the parsed ``KernelInterface`` (entry point, buffers, scalars).
+        Put what the user must fix in ``problems`` (kopt exits 4 with them) and what they should know in
+        ``warnings``. Raise ``kopt_core.errors.ConfigError`` for a file that cannot be read or parsed.
+
+    Required. The core then checks the interface against the dims and the reference itself.
+    """
+
+
+@hookspec(firstresult=True)
+def kopt_compile(candidate: Candidate, build_dir: Path, toolchain: Toolchain) -> Artifact:
+    """Build ``candidate`` into an ``Artifact``.
+
+    :param candidate: the kernel file (its preflight passed).
+    :param build_dir: a scratch folder that is deleted after the call; keep what must outlive it in
+        your own build cache (``kopt_core.buildcache`` keys builds by content).
+    :param toolchain: the target architecture ("sm_90a") and the tools found.
+    :returns: an ``Artifact``. ``Artifact.launcher`` names, as ``"module:function"``, a factory that the
+        bench worker imports and calls with the Artifact, inside the worker process, to get a
+        ``kopt_core.bench.launchers.Launcher``: that is how the core's harness runs a backend's kernels.
+        ``Artifact.path`` is what ``kopt_disassemble`` reads.
+
+    Raise ``kopt_core.errors.ConfigError`` with the compiler's message when the source does not build
+    (exit 4), ``kopt_core.errors.HardwareError`` when the toolchain is missing (exit 3).
+
+    Required.
+    """
+
+
+# -------------------------------------------------------------------------------------------------
+# Measurement (per backend, optional)
+# -------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def kopt_bench(request: BenchRequest) -> BenchResult:
+    """Check ``request.artifact`` against its reference over seeds and time it, in an isolated process.
+
+    :param request: the artifact, the reference file, the dims and the harness options.
+    :returns: a ``BenchResult`` (a failed one when the kernel fails; raise only for kopt's own faults).
+
+    Optional. The default is kopt's measurement harness (``kopt_core.bench.run_worker``): a worker
+    process that loads the artifact through ``Artifact.launcher``. Implement it only to measure in a way
+    the harness cannot.
+    """
+
+
+@hookspec(firstresult=True)
+def kopt_profile(artifact: Artifact, request: BenchRequest) -> ProfileLaunch:
+    """Say how Nsight Compute should profile ``artifact``: which kernels to keep, what environment.
+
+    :param artifact: the built candidate.
+    :param request: the same request the bench used (ncu runs one invocation of it in a profiler range).
+    :returns: a ``ProfileLaunch`` (a kernel-name filter, extra environment variables).
+
+    Optional. The default keeps every kernel inside the profiled range, with no extra environment.
+    """
+
+
+# -------------------------------------------------------------------------------------------------
+# Machine code (per backend, optional)
+# -------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def kopt_disassemble(artifact: Artifact) -> str:
+    """The SASS of ``artifact`` as ``cuobjdump --dump-sass`` text, every kernel it holds.
+
+    Raise ``kopt_core.sass.SassToolError`` when the disassembler is missing or fails: kopt records that
+    and never reads an empty listing as a kernel without instructions. kopt keeps the listing beside each
+    profile (``<name>.sass``) for kernel traits and SASS verification.
+
+    Optional. Without it the backend has no SASS: profiles record why, and verification gives
+    ``tool_error`` verdicts (never a pass).
+    """
+
+
+@hookspec(firstresult=True)
+def kopt_sass_verify(
+    artifact: Artifact, signatures: Sequence[str], arch: str, baseline: Artifact | None
+) -> list[SassVerdict]:
+    """Check that the methods ``signatures`` names (method ids of references/sass_signatures.json) left
+    their instructions in ``artifact``'s SASS.
+
+    :param artifact: the built candidate.
+    :param signatures: method ids.
+    :param arch: the SM the artifact was built for ("sm_90a").
+    :param baseline: the baseline's Artifact, for rules relative to it, or None.
+    :returns: one ``SassVerdict`` per method: pass, fail, inconclusive, not_applicable or tool_error.
+        A missing tool or an empty disassembly is never a pass.
+
+    Optional. The default disassembles with the backend's ``kopt_disassemble`` and applies
+    ``kopt_core.sass.verify`` (``kopt_core.sass.verify_artifact``). Implement it only for machine code
+    that the signatures cannot read.
     """

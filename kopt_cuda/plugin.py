@@ -1,17 +1,18 @@
 """The CUDA backend's hook implementations (entry point ``cuda`` in the group ``kopt``).
 
-kopt_cutlass reuses ``preflight_solve``, ``compile_solve`` and ``bench_solve`` with its own flags.
+kopt_cutlass reuses ``preflight_solve``, ``compile_solve`` and ``disassemble_library`` with its own flags.
+Bench, profile and SASS verification are the core's defaults (kopt_core/hookspecs.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from kopt_core import hookimpl
-from kopt_core.bench import run_worker
 from kopt_core.errors import ConfigError
 from kopt_core.records import (
-    Artifact, BackendInfo, BenchRequest, Candidate, PreflightReport, ProbeResult, ProfileLaunch, Toolchain,
+    Artifact, BackendInfo, Candidate, PreflightReport, ProbeResult, Toolchain,
 )
 
 NAME = "cuda"
@@ -61,14 +62,12 @@ def compile_solve(candidate: Candidate, build_dir: Path, toolchain: Toolchain, *
 
 
 @hookimpl
-def kopt_register_backends(register):
+def kopt_register_backends(register: Callable[[BackendInfo], None]) -> None:
     register(INFO)
 
 
 @hookimpl
-def kopt_probe(backend, env):
-    if backend != NAME:
-        return None
+def kopt_probe() -> ProbeResult:
     from kopt_cuda.build import NVCC_MISSING, find_nvcc, nvcc_version
 
     nvcc = find_nvcc()
@@ -78,52 +77,23 @@ def kopt_probe(backend, env):
 
 
 @hookimpl
-def kopt_preflight(candidate, dims, reference):
-    if candidate.backend != NAME:
-        return None
+def kopt_preflight(candidate: Candidate) -> PreflightReport:
     return preflight_solve(candidate)
 
 
 @hookimpl
-def kopt_compile(candidate, build_dir, toolchain):
-    if candidate.backend != NAME:
-        return None
+def kopt_compile(candidate: Candidate, build_dir: Path, toolchain: Toolchain) -> Artifact:
     return compile_solve(candidate, build_dir, toolchain)
 
 
 @hookimpl
-def kopt_bench(artifact, request: BenchRequest):
-    if artifact.backend != NAME:
-        return None
-    return run_worker(request)
-
-
-@hookimpl
-def kopt_profile(artifact, request):
-    """Only solve's launches fall inside the profiled range, so every kernel there is the candidate's."""
-    if artifact.backend != NAME:
-        return None
-    return ProfileLaunch()
-
-
-@hookimpl
-def kopt_disassemble(artifact):
-    """The shared library's SASS, with the CUDA toolkit's cuobjdump."""
-    if artifact.backend != NAME:
-        return None
+def kopt_disassemble(artifact: Artifact) -> str:
+    """The shared library's SASS, with the CUDA toolkit's cuobjdump. Only solve's launches fall inside
+    the profiled range, so the core's default kopt_profile (every kernel in the range) fits."""
     return disassemble_library(artifact)
 
 
-@hookimpl
-def kopt_sass_verify(artifact, signatures, arch, baseline):
-    if artifact.backend != NAME:
-        return None
-    from kopt_core.sass import verify_artifact
-
-    return verify_artifact(disassemble_library, artifact, list(signatures), arch or artifact.arch, baseline)
-
-
-def disassemble_library(artifact) -> str:
+def disassemble_library(artifact: Artifact) -> str:
     """``cuobjdump --dump-sass`` of a built shared library (CUDA and CUTLASS artifacts)."""
     from kopt_core.sass import disassemble_file
 

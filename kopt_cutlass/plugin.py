@@ -7,13 +7,12 @@ it is parsed, built and benchmarked by the CUDA backend's functions, with the CU
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from kopt_core import hookimpl
-from kopt_core.bench import run_worker
 from kopt_core.errors import HardwareError
-from kopt_core.records import ProfileLaunch
-from kopt_core.records.backend import BackendInfo, ProbeResult
+from kopt_core.records import Artifact, BackendInfo, Candidate, PreflightReport, ProbeResult, Toolchain
 from kopt_cuda.build import NVCC_MISSING, find_nvcc as cuda_find_nvcc
 from kopt_cuda.plugin import compile_solve, disassemble_library, preflight_solve
 from kopt_cutlass.headers import compile_flags, discover
@@ -34,7 +33,7 @@ INFO = BackendInfo(
 )
 
 HEADERS_HINT = (
-    "install them with `pip install nvidia-cutlass` (or pip install 'kopt-cutlass[headers]'), "
+    "kopt-cutlass depends on the nvidia-cutlass wheel that carries them: reinstall it (`pip install nvidia-cutlass`), "
     "or set CUTLASS_PATH to a CUTLASS 3.x checkout (or CUTLASS_INCLUDE_DIR to its include directory)"
 )
 
@@ -48,16 +47,13 @@ def find_nvcc() -> tuple[str | None, str]:
 
 
 @hookimpl
-def kopt_register_backends(register):
+def kopt_register_backends(register: Callable[[BackendInfo], None]) -> None:
     register(INFO)
 
 
 @hookimpl
-def kopt_probe(backend, env):
-    """Headers and nvcc. ``CUTLASS_PATH``/``CUTLASS_INCLUDE_DIR`` are read from the process
-    environment; ``env`` (the caller's findings) is not needed here."""
-    if backend != BACKEND:
-        return None
+def kopt_probe() -> ProbeResult:
+    """Headers and nvcc. ``CUTLASS_PATH``/``CUTLASS_INCLUDE_DIR`` are read from the process environment."""
     headers, searched = discover()
     nvcc, nvcc_lookup = find_nvcc()
     details = {
@@ -83,16 +79,12 @@ def kopt_probe(backend, env):
 
 
 @hookimpl
-def kopt_preflight(candidate, dims, reference):
-    if candidate.backend != BACKEND:
-        return None
+def kopt_preflight(candidate: Candidate) -> PreflightReport:
     return preflight_solve(candidate)
 
 
 @hookimpl
-def kopt_compile(candidate, build_dir, toolchain):
-    if candidate.backend != BACKEND:
-        return None
+def kopt_compile(candidate: Candidate, build_dir: Path, toolchain: Toolchain) -> Artifact:
     headers, searched = discover()
     if headers is None:
         raise HardwareError("CUTLASS headers not found; searched: " + "; ".join(searched), hint=HEADERS_HINT)
@@ -100,32 +92,7 @@ def kopt_compile(candidate, build_dir, toolchain):
 
 
 @hookimpl
-def kopt_bench(artifact, request):
-    if artifact.backend != BACKEND:
-        return None
-    return run_worker(request)
-
-
-@hookimpl
-def kopt_profile(artifact, request):
-    """As for CUDA: the profiled range holds solve's launches only (CUTLASS's own kernels included)."""
-    if artifact.backend != BACKEND:
-        return None
-    return ProfileLaunch()
-
-
-@hookimpl
-def kopt_disassemble(artifact):
-    """As for CUDA: the shared library's SASS, CUTLASS's kernels included."""
-    if artifact.backend != BACKEND:
-        return None
+def kopt_disassemble(artifact: Artifact) -> str:
+    """As for CUDA: the shared library's SASS, CUTLASS's kernels included. As for CUDA too, the profiled
+    range holds solve's launches only, so the core's default kopt_profile fits."""
     return disassemble_library(artifact)
-
-
-@hookimpl
-def kopt_sass_verify(artifact, signatures, arch, baseline):
-    if artifact.backend != BACKEND:
-        return None
-    from kopt_core.sass import verify_artifact
-
-    return verify_artifact(disassemble_library, artifact, list(signatures), arch or artifact.arch, baseline)

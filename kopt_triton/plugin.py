@@ -19,13 +19,14 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import attrs
 
 from kopt_core import hookimpl
-from kopt_core.records import BenchRequest, Candidate, PreflightReport, ProfileLaunch, Toolchain
-from kopt_core.records.backend import BackendInfo, ProbeResult
+from kopt_core.records import Artifact, BackendInfo, Candidate, PreflightReport, ProbeResult, Toolchain
 
 BACKEND = "triton"
 
@@ -39,7 +40,7 @@ INFO = BackendInfo(
     compile_memory_gib=2.0,
 )
 
-NOT_INSTALLED = "Triton is not installed (pip install 'kopt-triton[toolchain]' or pip install triton)"
+NOT_INSTALLED = "Triton is not installed, though kopt-triton depends on it: pip install triton"
 # Distributions that install the ``triton`` package (upstream, PyTorch's builds, nightlies).
 _DISTRIBUTIONS = ("triton", "pytorch-triton", "pytorch-triton-rocm", "pytorch-triton-xpu", "triton-nightly")
 
@@ -66,30 +67,26 @@ def interpreter_mode() -> bool:
 
 
 @hookimpl
-def kopt_register_backends(register):
+def kopt_register_backends(register: Callable[[BackendInfo], None]) -> None:
     register(attrs.evolve(INFO, needs_gpu=False) if interpreter_mode() else INFO)
 
 
 @hookimpl
-def kopt_probe(backend, env):
-    """Whether Triton is installed; ``available`` reflects the toolchain only."""
-    if backend != BACKEND:
-        return None
+def kopt_probe() -> ProbeResult:
+    """Whether Triton is installed; ``available`` reflects the toolchain only. The wheel's cuobjdump is
+    named in the details, for SASS where the CUDA toolkit has none."""
     from kopt_triton.sass import find_cuobjdump
 
     version = triton_version()
-    details = {"triton": version, "cuobjdump": find_cuobjdump(),
-               "interpreter": interpreter_mode()}
+    details = {"triton": version, "cuobjdump": find_cuobjdump(), "interpreter": interpreter_mode()}
     if version is None:
         return ProbeResult(backend=BACKEND, available=False, reason=NOT_INSTALLED, details=details)
     return ProbeResult(backend=BACKEND, available=True, reason="", details=details)
 
 
 @hookimpl
-def kopt_preflight(candidate: Candidate, dims, reference):
+def kopt_preflight(candidate: Candidate, dims: dict[str, Any]) -> PreflightReport:
     """The setup/run_kernel contract by AST (no import, no GPU); autotuned kernels are a warning."""
-    if candidate.backend != BACKEND:
-        return None
     from kopt_triton.contract import find_autotuned, parse_kernel, read_tree
 
     interface = parse_kernel(candidate.path, dims)
@@ -104,52 +101,22 @@ def kopt_preflight(candidate: Candidate, dims, reference):
 
 
 @hookimpl
-def kopt_compile(candidate: Candidate, build_dir, toolchain: Toolchain):
+def kopt_compile(candidate: Candidate, toolchain: Toolchain) -> Artifact:
     """A content-keyed copy of the kernel file (Triton compiles at the first launch, in the worker)."""
-    if candidate.backend != BACKEND:
-        return None
     from kopt_triton.build import prepare_artifact
 
     return prepare_artifact(candidate, toolchain)
 
 
 @hookimpl
-def kopt_bench(artifact, request: BenchRequest):
-    if artifact.backend != BACKEND:
-        return None
-    from kopt_core.bench import run_worker
-
-    return run_worker(request)
-
-
-@hookimpl
-def kopt_profile(artifact, request):
-    """The profiled range holds one run_kernel call (compilation and autotuning happen before it)."""
-    if artifact.backend != BACKEND:
-        return None
-    return ProfileLaunch()
-
-
-@hookimpl
-def kopt_disassemble(artifact):
+def kopt_disassemble(artifact: Artifact) -> str:
     """Every cubin Triton compiled for the artifact (its per-artifact cache), as one listing, with the
-    cuobjdump the Triton wheel ships."""
-    if artifact.backend != BACKEND:
-        return None
+    cuobjdump the Triton wheel ships. The profiled range holds one run_kernel call (compilation and
+    autotuning happen before it), so the core's default kopt_profile fits."""
     return disassemble_cubins(artifact)
 
 
-@hookimpl
-def kopt_sass_verify(artifact, signatures, arch, baseline):
-    if artifact.backend != BACKEND:
-        return None
-    from kopt_core.sass import verify_artifact
-
-    return verify_artifact(disassemble_cubins, artifact, list(signatures), arch or artifact.arch or "sm_90a",
-                           baseline)
-
-
-def disassemble_cubins(artifact) -> str:
+def disassemble_cubins(artifact: Artifact) -> str:
     """Every cubin in the artifact's Triton cache, disassembled (``kopt_triton.sass.disassemble``)."""
     from kopt_core.sass import SassToolError
     from kopt_triton.launch import CACHE_FOLDER

@@ -6,10 +6,10 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv
 # torch 2.13.0 first and pinned: any build works for the CPU tests, and a pin keeps pip from choosing one.
 .venv/bin/python -m pip install -q torch==2.13.0
-# Toolchains the CPU tests use: Triton (its interpreter, its compiler for sm_90 and the cuobjdump it ships)
-# and the CUTLASS/CuTe headers from the nvidia-cutlass wheel (headers only: its Python deps are not needed).
-.venv/bin/python -m pip install -q triton==3.9.0
-.venv/bin/python -m pip install -q --no-deps nvidia-cutlass==4.2.0.0
+# Toolchains pinned for reproducible tests (kopt-triton and kopt-cutlass depend on them anyway): Triton (its
+# interpreter, its compiler for sm_90 and the cuobjdump it ships) and the nvidia-cutlass wheel (CUTLASS/CuTe
+# headers). Linters come with kopt-core's [test] extra.
+.venv/bin/python -m pip install -q triton==3.9.0 nvidia-cutlass==4.2.0.0
 .venv/bin/python -m pip install -q -e './kopt_core[test]' -e ./kopt_cuda -e ./kopt_triton -e ./kopt_cutlass \
   -e ./examples/kopt_example_backend
 .venv/bin/python -m pytest "$@"

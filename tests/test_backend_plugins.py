@@ -10,6 +10,8 @@ import pytest
 
 import kopt_cutlass.plugin
 import kopt_triton.plugin
+from kopt_core.backends import BackendRegistry
+from kopt_core.errors import ConfigError
 from kopt_core.plugins import get_plugin_manager
 from kopt_core.records.backend import BackendInfo, ProbeResult
 
@@ -54,7 +56,7 @@ def test_register_backends(pm):
 
 
 def test_triton_probe_matches_install(pm):
-    result = pm.hook.kopt_probe(backend="triton", env={})
+    result = BackendRegistry.from_plugins(pm).probe("triton")
     assert isinstance(result, ProbeResult) and result.backend == "triton"
     installed = importlib.util.find_spec("triton") is not None
     assert result.available is installed
@@ -63,26 +65,27 @@ def test_triton_probe_matches_install(pm):
         assert result.details["triton"]
     else:
         assert "Triton is not installed" in result.reason
-        assert "pip install 'kopt-triton[toolchain]'" in result.reason
+        assert "pip install triton" in result.reason
         assert result.details["triton"] is None
     assert "cuobjdump" in result.details  # where SASS verification will find its disassembler (or None)
 
 
 def test_triton_probe_when_missing(pm, monkeypatch):
     monkeypatch.setattr(kopt_triton.plugin.importlib.util, "find_spec", lambda name, *a: None)
-    result = pm.hook.kopt_probe(backend="triton", env={})
+    result = BackendRegistry.from_plugins(pm).probe("triton")
     assert not result.available and "pip install triton" in result.reason
 
 
-def test_other_backends_are_not_ours(pm):
-    assert pm.hook.kopt_probe(backend="cuda", env={}) is None
+def test_a_backend_nobody_registered_is_unknown(pm):
+    with pytest.raises(ConfigError, match="unknown backend 'cuda'.*installed: cutlass, triton"):
+        BackendRegistry.from_plugins(pm).probe("cuda")
 
 
 def test_cutlass_probe_with_fake_tree(pm, monkeypatch, tmp_path):
     repo = tmp_path / "cutlass"
     make_tree(repo / "include", version=(3, 7, 0))
     monkeypatch.setenv("CUTLASS_PATH", str(repo))
-    result = pm.hook.kopt_probe(backend="cutlass", env={})
+    result = BackendRegistry.from_plugins(pm).probe("cutlass")
     assert isinstance(result, ProbeResult) and result.backend == "cutlass"
     assert result.details["source"] == "CUTLASS_PATH"
     assert result.details["include_dir"] == str(repo / "include")
@@ -103,7 +106,7 @@ def test_cutlass_probe_without_headers(pm, monkeypatch, tmp_path):
         "discover",
         lambda: real_discover(wheel_root=tmp_path / "site-packages", system_globs=(str(tmp_path / "opt"),)),
     )
-    result = pm.hook.kopt_probe(backend="cutlass", env={})
+    result = BackendRegistry.from_plugins(pm).probe("cutlass")
     assert not result.available
     assert "pip install nvidia-cutlass" in result.reason and "CUTLASS_PATH" in result.reason
     assert str(tmp_path / "nowhere") in result.reason
@@ -115,7 +118,7 @@ def test_cutlass_probe_without_nvcc(pm, monkeypatch, tmp_path):
     make_tree(tmp_path / "include")
     monkeypatch.setenv("CUTLASS_PATH", str(tmp_path))
     monkeypatch.setattr(kopt_cutlass.plugin, "find_nvcc", lambda: (None, "test"))
-    result = pm.hook.kopt_probe(backend="cutlass", env={})
+    result = BackendRegistry.from_plugins(pm).probe("cutlass")
     assert not result.available
     assert "nvcc not found" in result.reason
     assert result.details["source"] == "CUTLASS_PATH"

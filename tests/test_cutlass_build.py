@@ -18,7 +18,7 @@ from kopt_core.backends import BackendRegistry
 from kopt_core.bench.buffers import plan_buffers
 from kopt_core.records import Candidate, Toolchain
 from kopt_core.reference import load_reference
-from kopt_core.steps.bench import preflight
+from kopt_core.steps.bench import check_candidate
 from kopt_cutlass.headers import discover, find_cutlass
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,7 +62,7 @@ def test_cutlass_files_are_detected_as_cutlass_and_plain_cuda_as_cuda(pm):
 def test_preflight_parses_solve_and_the_reference_fits(pm, kernel, ref, b_shape):
     """Signature parse and the core's contract checks (dims, reference, buffers): no nvcc, no headers."""
     reference = load_reference(ref)
-    report = preflight(pm, Candidate(path=str(kernel), backend="cutlass"), DIMS, reference)
+    report = check_candidate(pm, Candidate(path=str(kernel), backend="cutlass"), DIMS, reference)
     interface = report.interface
     assert interface.entry == "solve"
     assert [(p.name, p.kind) for p in interface.params] == [

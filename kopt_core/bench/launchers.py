@@ -2,14 +2,19 @@
 
 A launcher is made inside the worker process by the function named in ``Artifact.launcher``
 ("module:function", called with the Artifact). It turns named arguments into a ready-to-call launch.
+This module is the launcher contract a backend implements (see docs/plugins.md).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from kopt_core.records import Artifact
+
+if TYPE_CHECKING:
+    from kopt_core.bench.timing import Clock
 
 
 class Replay(Protocol):
@@ -23,28 +28,50 @@ class Replay(Protocol):
 
 
 class Launcher(Protocol):
+    """What the bench worker drives. ``Artifact.launcher`` names a factory ``"module:function"`` that the
+    worker imports and calls with the Artifact, inside the worker process, to get one.
+
+    A launcher may also implement the optional protocols below (``ProvidesInputs``, ``ProvidesNotes``,
+    ``ProvidesClock``); the worker checks for each with ``isinstance``.
+    """
+
     device: str  # "cuda" or "cpu": where tensors live and which clock times them
 
-    def bind(self, args: dict) -> Callable[[], None]:
+    def bind(self, args: dict[str, Any]) -> Callable[[], None]:
         """A no-argument call that launches the kernel on ``args`` (tensors and scalars by name)."""
 
     def check(self) -> None:
         """Raise ``LaunchError`` if the last launches failed (bad configuration, missing symbol...)."""
 
-    def capture(self, arg_sets: list[dict]) -> Replay | None:
+    def capture(self, arg_sets: list[dict[str, Any]]) -> Replay | None:
         """Capture one launch per entry of ``arg_sets`` into a replayable unit, or None if this kernel
         cannot be captured (then the harness times batches of plain launches)."""
 
-    # Optional: ``inputs(dims, seed) -> (args, outputs)`` when the kernel file makes its own arguments
-    # (Triton's setup()): ``args`` maps names to tensors and scalars, ``outputs`` names the tensors the
-    # kernel writes. The worker learns the buffers from the first call and, for every seed, copies the
-    # fresh inputs into its own buffers (so pointers stay fixed) and poisons the outputs.
 
-    # Optional: ``notes() -> dict`` of backend facts worth keeping in bench.json as ``backend_notes``
-    # (Triton: the configuration an autotuner chose and the pinned copy; the cubins it compiled).
+@runtime_checkable
+class ProvidesInputs(Protocol):
+    """A launcher whose kernel file makes its own arguments (Triton's ``setup()``)."""
 
-    # Optional: ``clock() -> Clock`` when the launcher's kernels run where the default clock cannot see
-    # them exactly (kopt_cuda times on the stream and runtime of its own library).
+    def inputs(self, dims: dict[str, Any], seed: int) -> tuple[dict[str, Any], list[str]]:
+        """``(args, outputs)``: ``args`` maps names to tensors and scalars, ``outputs`` names the tensors
+        the kernel writes. The worker learns the buffers from the first call and, for every seed, copies
+        the fresh inputs into its own buffers (so pointers stay fixed) and poisons the outputs."""
+
+
+@runtime_checkable
+class ProvidesNotes(Protocol):
+    """A launcher with backend facts worth keeping in bench.json as ``backend_notes`` (Triton: the
+    configuration an autotuner chose and the pinned copy; the cubins it compiled)."""
+
+    def notes(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class ProvidesClock(Protocol):
+    """A launcher whose kernels run where the default clock cannot see them exactly (kopt_cuda times on
+    the stream and runtime of its own library)."""
+
+    def clock(self) -> Clock: ...
 
 
 class LaunchError(RuntimeError):
@@ -52,6 +79,7 @@ class LaunchError(RuntimeError):
 
 
 def load_launcher(artifact: Artifact) -> Launcher:
+    """Import and call the factory ``artifact.launcher`` names."""
     module_name, _, attr = artifact.launcher.partition(":")
     factory = getattr(importlib.import_module(module_name), attr)
     return factory(artifact)

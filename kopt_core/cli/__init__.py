@@ -1,6 +1,6 @@
 """The ``kopt`` command line: thin commands over kopt_core's functions.
 
-Exit codes follow the seed: 0 ok, 2 no valid kernel, 3 hardware/tool failure, 4 bad kernel file,
+Exit codes (docs/loop.md): 0 ok, 2 no valid kernel, 3 hardware/tool failure, 4 bad kernel file,
 reference or dims. Click's own usage errors are configuration errors (4), never 2.
 """
 
@@ -154,7 +154,7 @@ def bench_cmd(kernel, reference, dims_json, backend, arch, seeds, l2, mode, warm
 @click.option("--full-timeout-s", type=float, default=None,
               help="Limit for a full-set run (default: --ncu-timeout-s); past it kopt retries with the light set.")
 @click.option("--ceilings", type=click.Path(dir_okay=False), default=None,
-              help="Device ceilings JSON (python -m kopt_core.roofline.ceilings); default: MEASUREMENT.md's H200.")
+              help="Device ceilings JSON (python -m kopt_core.roofline.ceilings); default: built-in H200 figures.")
 @click.option("--json", "as_json", is_flag=True, help="Print profile.json on stdout.")
 @click.option("--state", "state_path", type=click.Path(), default=None,
               help="Run form: the run's state.json; with --iter and --which, profile into iterv{i}/.")
@@ -301,9 +301,9 @@ def preflight_cmd(baseline, reference, dims_json, backend, arch, extra) -> int:
     """The static contract: the kernel parses and builds, the reference imports and fits, every dim is
     given. No GPU needed. Exit 4 with the reasons."""
     from kopt_core.dims import parse_dims
-    from kopt_core.steps.bench import check_static
+    from kopt_core.steps.bench import preflight_kernel
 
-    outcome = check_static(_plugin_manager(), baseline, reference, parse_dims(dims_json, extra), backend=backend,
+    outcome = preflight_kernel(_plugin_manager(), baseline, reference, parse_dims(dims_json, extra), backend=backend,
                            arch=arch, on_warning=render.warning)
     click.echo(f"preflight passed: {outcome}")
     return 0
@@ -356,7 +356,7 @@ def iter_open_cmd(state_path, iteration) -> int:
               help="Run form: select this implementation-failed method again, knowing it failed before.")
 def select_cmd(state_path, iteration, roofline_path, ncu_top_path, arch, backend, dtypes, numerics_mode,
                sass_path, out_dir, acknowledged) -> int:
-    """Pick methods by the seed's budget-aware priority scan; write methods.json and analysis.md."""
+    """Pick methods by the budget-aware priority scan; write methods.json and analysis.md."""
     from kopt_core.errors import ConfigError
 
     if state_path or iteration:

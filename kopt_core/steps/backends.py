@@ -9,7 +9,7 @@ def list_backends(pm) -> list[dict]:
     registry = BackendRegistry.from_plugins(pm)
     rows = []
     for name, info in sorted(registry.backends.items()):
-        probe = registry.probe(pm, name)
+        probe = registry.probe(name)
         rows.append({
             "name": name,
             "suffixes": list(info.suffixes),

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
-from kopt_core.backends import BackendRegistry
+from kopt_core.backends import BackendRegistry, backend_hooks
 from kopt_core.contract import check_contract
 from kopt_core.errors import EXIT_CONFIG, EXIT_HARDWARE, EXIT_INVALID_KERNEL, EXIT_OK, ConfigError, HardwareError
 from kopt_core.hardware import DEFAULT_ARCH, arch_for_capability, detect_gpus
@@ -22,25 +23,19 @@ from kopt_core.records import (
 )
 from kopt_core.reference import ReferenceModule, load_reference
 
+if TYPE_CHECKING:
+    from kopt_core.plugins import PluginManager
 
-def preflight(pm, candidate: Candidate, dims: dict, ref: ReferenceModule) -> PreflightReport:
-    """The backend's static checks, then the core's contract checks (dims, reference, buffers)."""
-    report = pm.hook.kopt_preflight(candidate=candidate, dims=dims, reference=ref)
-    if report is None:
-        raise ConfigError(f"the {candidate.backend} backend has no preflight check (kopt_preflight)",
-                          hint="its plugin is incomplete; pick another backend with --backend")
+
+def check_candidate(pm: PluginManager, candidate: Candidate, dims: dict, ref: ReferenceModule) -> PreflightReport:
+    """One candidate's static contract: its backend's ``kopt_preflight``, then the core's checks (dims,
+    reference, buffers). Raises ConfigError with what the user must fix."""
+    report = backend_hooks(pm, candidate.backend).preflight(candidate, dims, ref)
     if report.problems:
         raise ConfigError(f"{candidate.path}: " + "; ".join(report.problems))
     warnings = check_contract(report.interface, ref, dims)
     return PreflightReport(backend=report.backend, interface=report.interface,
                            warnings=tuple(report.warnings) + tuple(warnings))
-
-
-def build(pm, candidate: Candidate, build_dir: Path, arch: str) -> Artifact:
-    artifact = pm.hook.kopt_compile(candidate=candidate, build_dir=build_dir, toolchain=Toolchain(arch=arch))
-    if artifact is None:
-        raise ConfigError(f"the {candidate.backend} backend cannot build {candidate.path} (no kopt_compile)")
-    return artifact
 
 
 @attrs.frozen
@@ -66,7 +61,7 @@ def static_contract(pm, kernel: str | Path, reference: str | Path, dims: dict, *
     info = registry.get(backend) if backend else registry.detect(path)
     ref = load_reference(reference)
     candidate = Candidate(path=str(path.resolve()), backend=info.name, name=path.stem)
-    report = preflight(pm, candidate, dict(dims), ref)
+    report = check_candidate(pm, candidate, dict(dims), ref)
     for warning in report.warnings:
         if on_warning:
             on_warning(warning)
@@ -90,15 +85,15 @@ def prepare(
     build (the static contract, which needs no GPU)."""
     info, ref, candidate = static_contract(pm, kernel, reference, dims, backend=backend, on_warning=on_warning)
     path = Path(candidate.path)
-    registry = BackendRegistry.from_plugins(pm)
-    probe = registry.probe(pm, info.name)
+    hooks = backend_hooks(pm, info.name)
+    probe = hooks.probe()
     if not probe.available:
         raise HardwareError(f"the {info.name} backend cannot run here: {probe.reason}")
     gpus, no_gpu = detect_gpus() if info.needs_gpu else ([], "")
     if arch is None:
         arch = arch_for_capability(gpus[0].capability) if gpus else DEFAULT_ARCH
     with tempfile.TemporaryDirectory(prefix="kopt-build-") as scratch:  # backends keep artifacts in their caches
-        artifact = build(pm, candidate, Path(scratch), arch)
+        artifact = hooks.compile(candidate, Path(scratch), Toolchain(arch=arch))
     if info.needs_gpu and not gpus and require_gpu:
         raise HardwareError(
             f"no GPU: {no_gpu}. {path.name} passed its contract checks and builds for {arch}; run kopt "
@@ -108,7 +103,7 @@ def prepare(
                     candidate=candidate, artifact=artifact, dims=dict(dims))
 
 
-def check_static(pm, kernel, reference, dims: dict, *, backend=None, arch=None, on_warning=None) -> str:
+def preflight_kernel(pm, kernel, reference, dims: dict, *, backend=None, arch=None, on_warning=None) -> str:
     """``kopt preflight``: the contract holds and the kernel builds. Returns what was checked, in words."""
     prepared = prepare(pm, kernel, reference, dims, backend=backend, arch=arch, on_warning=on_warning,
                        require_gpu=False)
@@ -121,9 +116,7 @@ def run_bench(pm, prepared: Prepared, options: BenchOptions) -> BenchResult:
     """Check and time a prepared kernel in a worker; add the workload's rates."""
     request = BenchRequest(artifact=prepared.artifact, reference=prepared.reference_path, dims=prepared.dims,
                            options=options)
-    result = pm.hook.kopt_bench(artifact=prepared.artifact, request=request)
-    if result is None:
-        raise ConfigError(f"the {prepared.backend.name} backend cannot benchmark (no kopt_bench)")
+    result = backend_hooks(pm, prepared.backend.name).bench(request)
     return attrs.evolve(result, workload=workload(prepared.reference, prepared.dims, result))
 
 

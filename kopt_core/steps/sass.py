@@ -1,17 +1,19 @@
 """``kopt sass``: check a SASS listing, a cubin or a shared library for the instructions methods promise.
 
-Method ids must exist in the method registry. A text file is read as ``cuobjdump --dump-sass`` output;
-a binary is disassembled with the CUDA toolkit's cuobjdump or, failing that, one a backend offers (its
-``kopt_probe`` details name it: the Triton wheel ships one).
+Method ids must exist in the method registry. A built candidate (an Artifact) is checked through its
+backend's ``kopt_sass_verify``. A loose file belongs to no backend: a text file is read as
+``cuobjdump --dump-sass`` output, a binary is disassembled with the CUDA toolkit's cuobjdump or, failing
+that, one a backend offers (its ``kopt_probe`` details name it: the Triton wheel ships one).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from kopt_core.backends import BackendRegistry
+from kopt_core.backends import BackendRegistry, backend_hooks
 from kopt_core.errors import ConfigError
 from kopt_core.knowledge.methods import load_methods
+from kopt_core.records import Artifact
 from kopt_core.sass import SassVerdict, disassemble_file, verify_artifact
 from kopt_core.tools import find_tool
 
@@ -25,7 +27,7 @@ def offered_cuobjdump(pm) -> str | None:
         return found
     registry = BackendRegistry.from_plugins(pm)
     for name in sorted(registry.backends):
-        path = (registry.probe(pm, name).details or {}).get("cuobjdump")
+        path = (registry.probe(name).details or {}).get("cuobjdump")
         if path:
             return str(path)
     return None
@@ -39,13 +41,26 @@ def _listing_text(path: Path, cuobjdump: str | None) -> str:
     return disassemble_file(path, cuobjdump)
 
 
-def check_sass(pm, target: str | Path, methods: list[str], *, arch: str,
-               baseline: str | Path | None = None) -> list[SassVerdict]:
+def _known_methods(methods: list[str]) -> None:
     known = {method.id for method in load_methods().methods}
     unknown = [m for m in methods if m not in known]
     if unknown:
         raise ConfigError(f"unknown method id(s) {', '.join(unknown)}",
                           hint="see references/method_registry.json for the ids")
+
+
+def verify_artifact_sass(pm, artifact: Artifact, methods: list[str], *, arch: str | None = None,
+                         baseline: Artifact | None = None) -> list[SassVerdict]:
+    """A built candidate's SASS checked through its backend's ``kopt_sass_verify`` (the core's default
+    disassembles with the backend's ``kopt_disassemble``)."""
+    _known_methods(methods)
+    return backend_hooks(pm, artifact.backend).sass_verify(artifact, methods, arch or artifact.arch, baseline)
+
+
+def check_sass(pm, target: str | Path, methods: list[str], *, arch: str,
+               baseline: str | Path | None = None) -> list[SassVerdict]:
+    """A file's SASS: a listing is read as it is, a binary disassembled (no backend owns a loose file)."""
+    _known_methods(methods)
     cuobjdump = offered_cuobjdump(pm)
     return verify_artifact(lambda path: _listing_text(Path(path), cuobjdump), target, methods, arch,
                            baseline)

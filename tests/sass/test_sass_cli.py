@@ -66,10 +66,11 @@ def test_a_built_library_without_any_cuobjdump_is_a_tool_error_never_a_pass(tmp_
     assert statuses(proc) == {"compute.tensor_core": "fail", "memory.coalescing": "not_applicable"}
 
 
-def test_triton_backend_verifies_the_cubins_of_its_artifact(tmp_path):
+def test_triton_backend_verifies_the_cubins_of_its_artifact(tmp_path, make_pm):
     triton = pytest.importorskip("triton")
     tl = pytest.importorskip("triton.language")
     import kopt_triton.plugin as plugin
+    from kopt_core.backends import backend_hooks
     from kopt_core.records import Artifact
     from kopt_triton.sass import compile_for, find_cuobjdump
 
@@ -87,13 +88,13 @@ def test_triton_backend_verifies_the_cubins_of_its_artifact(tmp_path):
 
     artifact = Artifact(backend="triton", source=str(tmp_path / "kernel.py"), path=str(tmp_path / "kernel.py"),
                         launcher="kopt_triton.launch:load", arch="sm_90a")
-    none_yet = plugin.kopt_sass_verify(artifact=artifact, signatures=["compute.wgmma"], arch="sm_90a", baseline=None)
+    hooks = backend_hooks(make_pm(plugin), "triton")
+    none_yet = hooks.sass_verify(artifact, ["compute.wgmma"], "sm_90a")
     assert [v.status for v in none_yet] == ["tool_error"] and "no cubin" in none_yet[0].reason
     cache = tmp_path / "triton_cache" / "abc"
     cache.mkdir(parents=True)
     (cache / "dot.cubin").write_bytes(compile_for(dot, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16"},
                                                   {"BM": 64, "BN": 64, "BK": 64}, arch=90, num_warps=4))
-    verdicts = plugin.kopt_sass_verify(artifact=artifact, signatures=["compute.wgmma", "memory.tma"], arch="sm_90a",
-                                       baseline=None)
+    verdicts = hooks.sass_verify(artifact, ["compute.wgmma", "memory.tma"], "sm_90a")
     assert [v.status for v in verdicts][0] == "pass"
     assert verdicts[1].status in ("pass", "fail")  # decided from the listing, never a default

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import kopt_triton.plugin
+from kopt_core.backends import backend_hooks
 from kopt_core.errors import ConfigError
 from kopt_core.records import Candidate, Toolchain
 from kopt_triton.autotune import PinError, config_text, pin_source
@@ -115,13 +116,13 @@ def test_find_autotuned_spellings():
 def test_preflight_warns_about_autotuned_kernels(make_pm):
     pm = make_pm(kopt_triton.plugin)
     kernel = EXAMPLES / "matmul_autotune" / "kernel.py"
-    report = pm.hook.kopt_preflight(candidate=Candidate(path=str(kernel), backend="triton"),
-                                    dims={"M": 64, "N": 64, "K": 64}, reference=None)
+    report = backend_hooks(pm, "triton").preflight(Candidate(path=str(kernel), backend="triton"),
+                                                   {"M": 64, "N": 64, "K": 64}, None)
     assert report.backend == "triton" and report.ok
     assert len(report.warnings) == 1 and "pinned after one autotune pass" in report.warnings[0]
     assert "matmul_kernel" in report.warnings[0]
-    assert pm.hook.kopt_preflight(candidate=Candidate(path=str(kernel), backend="cuda"), dims={},
-                                  reference=None) is None
+    with pytest.raises(ConfigError, match="unknown backend 'cuda'"):
+        backend_hooks(pm, "cuda")
 
 
 def test_interpreter_mode_registers_without_a_gpu(make_pm, monkeypatch):
@@ -132,7 +133,7 @@ def test_interpreter_mode_registers_without_a_gpu(make_pm, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     pm.hook.kopt_register_backends(register=infos.append)
     assert [info.needs_gpu for info in infos] == [True, False]
-    probe = pm.hook.kopt_probe(backend="triton", env={})
+    probe = backend_hooks(pm, "triton").probe()
     assert probe.details["interpreter"] is True and "cuobjdump" in probe.details
 
 

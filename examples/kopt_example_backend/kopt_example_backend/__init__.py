@@ -5,20 +5,22 @@ dims; every other parameter is a tensor, described (dtype, shape, role) by the r
 ``buffers(**dims)``. The kernel runs on the GPU when PyTorch sees one and on the CPU otherwise, so this
 backend also lets kopt's harness run end to end on a machine without a GPU.
 
-It implements five hooks: register, probe, preflight, compile (nothing to build: the module is the
-artifact) and bench (kopt's own worker, with this package's launcher).
+It implements four hooks: register, probe, preflight and compile (nothing to build: the module is the
+artifact). Benchmarking is the core's default: kopt's own worker, with this package's launcher.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 
 from kopt_core import hookimpl
-from kopt_core.bench import run_worker
 from kopt_core.errors import ConfigError
-from kopt_core.records import Artifact, BackendInfo, KernelInterface, Param, PreflightReport, ProbeResult
+from kopt_core.records import (
+    Artifact, BackendInfo, Candidate, KernelInterface, Param, PreflightReport, ProbeResult,
+)
 
 NAME = "pytorch"
 SCALAR_ANNOTATIONS = {"int": "int64", "float": "float64"}
@@ -69,36 +71,24 @@ def load(artifact: Artifact) -> TorchLauncher:
 
 
 @hookimpl
-def kopt_register_backends(register):
+def kopt_register_backends(register: Callable[[BackendInfo], None]) -> None:
     register(BackendInfo(name=NAME, suffixes=(".py",), summary="plain PyTorch functions (example plugin)",
                          needs_gpu=False, claims=("def solve(",), priority=-10, compile_memory_gib=0.5))
 
 
 @hookimpl
-def kopt_probe(backend, env):
-    if backend != NAME:
-        return None
+def kopt_probe() -> ProbeResult:
     found = importlib.util.find_spec("torch") is not None
     return ProbeResult(backend=NAME, available=found, reason="" if found else "PyTorch is not installed")
 
 
 @hookimpl
-def kopt_preflight(candidate, dims, reference):
-    if candidate.backend != NAME:
-        return None
+def kopt_preflight(candidate: Candidate) -> PreflightReport:
     return PreflightReport(backend=NAME, interface=parse_interface(Path(candidate.path)))
 
 
 @hookimpl
-def kopt_compile(candidate, build_dir, toolchain):
-    if candidate.backend != NAME:
-        return None
+def kopt_compile(candidate: Candidate) -> Artifact:
+    """Nothing to build: the module is the artifact, loaded in the worker by ``load``."""
     return Artifact(backend=NAME, source=candidate.path, path=candidate.path, launcher="kopt_example_backend:load",
                     interface=parse_interface(Path(candidate.path)), compiler="python")
-
-
-@hookimpl
-def kopt_bench(artifact, request):
-    if artifact.backend != NAME:
-        return None
-    return run_worker(request)
