@@ -1,4 +1,4 @@
-"""Does kopt's timing agree with ncu, and with itself? Reproduces MEASUREMENT.md's anchors table.
+"""Does kopt's timing agree with ncu, and with itself? Reproduces the anchors table of docs/measurement.md.
 
 Run on the GPU machine from anywhere in the checkout:
 

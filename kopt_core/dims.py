@@ -1,4 +1,4 @@
-"""Kernel dimensions from the command line: ``--dims '{"M": 4096}'`` and the seed's ``--M=4096``."""
+"""Kernel dimensions from the command line: ``--dims '{"M": 4096}'`` and ``--M=4096``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Errors a user can cause, each carrying the exit code the seed gives it.
+"""Errors a user can cause, each carrying its exit code (docs/loop.md, "Exit codes").
 
 0 verified success, 2 kernel validation / no valid kernel, 3 hardware / tool / ncu failure,
 4 baseline / reference / dims configuration or static contract failure.

@@ -1,5 +1,5 @@
 """The reference file a user brings: ``reference(**kwargs)``, optional ``atol``/``rtol``,
-``workload_model(**dims)`` and kopt's ``buffers(**dims)`` extension (CONTRACTS.md)."""
+``workload_model(**dims)`` and kopt's ``buffers(**dims)`` extension (docs/contracts.md)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from kopt_core.errors import ConfigError
 from kopt_core.records import Tolerance
 
 # Tolerances when the reference file gives none: what that dtype's arithmetic can be expected to meet
-# against a reference computed in the same dtype (MEASUREMENT.md, "Correctness").
+# against a reference computed in the same dtype (docs/measurement.md, "Correctness").
 DTYPE_TOLERANCES: dict[str, tuple[float, float]] = {
     "float64": (1e-10, 1e-9),
     "float32": (1e-4, 1e-4),

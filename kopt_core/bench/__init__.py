@@ -1,4 +1,4 @@
-"""The measurement harness (MEASUREMENT.md): buffers, correctness, timing, one worker per candidate.
+"""The measurement harness (docs/measurement.md): buffers, correctness, timing, one worker per candidate.
 
 ``run_worker(request)`` is what backends' ``kopt_bench`` hooks call; the worker process loads the
 artifact through the backend's launcher (``kopt_core.bench.launchers``).

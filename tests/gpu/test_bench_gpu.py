@@ -195,7 +195,7 @@ def test_example_sgemm_naive_passes_with_its_declared_buffers() -> None:
 
 
 def test_example_reduce_sum_passes_and_needs_zeroed_outputs() -> None:
-    # The original skill's fixture: output has N elements by the skill's rule, only output[0] is written,
+    # A plain-contract fixture: output has N elements by the default sizing rule, only output[0] is written,
     # so it passes only with outputs that start zeroed, and kopt must say so.
     example = EXAMPLES / "reduce_sum"
     result = _assert_passed(*run_bench(example / "kernel.cu", example / "ref.py", N_1M))

@@ -1,5 +1,5 @@
 """GPU tests of `kopt gate`: on a machine with a GPU and the tools (the lent H200), the strict gate allows
-generation, ncu reads real counters, and the measured ceilings agree with MEASUREMENT.md's H200 figures
+generation, ncu reads real counters, and the measured ceilings agree with docs/measurement.md's H200 figures
 (bandwidth 4.28 TB/s, bf16 801 TFLOP/s) within 10%. Run with `pytest -m gpu -s tests/gpu/test_gate_gpu.py`.
 """
 

@@ -1,5 +1,5 @@
 """GPU tests of the run folder: gate, init, seed and iter open on a CUDA, a CUTLASS and a Triton example
-produce the seed's layout; a baseline that fails correctness stops the run with exit 2."""
+produce the run layout of docs/loop.md; a baseline that fails correctness stops the run with exit 2."""
 
 from __future__ import annotations
 

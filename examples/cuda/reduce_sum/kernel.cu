@@ -1,16 +1,16 @@
 // Sum reduction: output[0] = sum(input[0:N]), fp32.
 //
-// This is the original CUDA-kernel-optimizer skill's own contract, unchanged (its test fixture), so it
-// also shows how kopt runs a user's existing files: the entry point at the bottom of this file, and a
-// ref.py with atol = 2e-1, rtol = 2e-3 and a reference that zeroes output and sets output[0] to the sum.
+// This file uses the plain contract only (no kopt extension), so it also shows how kopt runs a user's
+// existing files: the entry point at the bottom of this file, and a ref.py with atol = 2e-1,
+// rtol = 2e-3 and a reference that zeroes output and sets output[0] to the sum.
 // (The signature is deliberately not repeated in this comment: a signature parser must find one solve.)
 //
 // Output sizing, and why kopt will record outputs_must_start_zeroed = true for this kernel: with no
-// buffers() in ref.py, the skill's rule gives `output` N elements (one dim, N). The reference zeroes all
-// of them and sets output[0]; this kernel writes only output[0]. kopt poisons outputs (NaN) before a run
-// so that unwritten elements fail, which output[1:] do; it then checks again with zeroed outputs, which
-// passes, and records that the kernel needs its outputs to start zeroed (the skill's convention). That is
-// intended: this file is the skill's contract as it is, not a kernel rewritten to please kopt.
+// buffers() in ref.py, the default sizing rule gives `output` N elements (one dim, N). The reference
+// zeroes all of them and sets output[0]; this kernel writes only output[0]. kopt poisons outputs (NaN)
+// before a run so that unwritten elements fail, which output[1:] do; it then checks again with zeroed
+// outputs, which passes, and records that the kernel needs its outputs to start zeroed. That is
+// intended: this file is a user's kernel as it is, not a kernel rewritten to please kopt.
 //
 // Algorithm: each thread accumulates a grid-stride slice of the input in a register, the block reduces
 // those partial sums (warp shuffles, then one warp over the per-warp sums in shared memory), and one

@@ -1,12 +1,12 @@
-"""Reference for examples/cuda/reduce_sum/kernel.cu: the original skill's test fixture, unchanged.
+"""Reference for examples/cuda/reduce_sum/kernel.cu: the plain contract, with no kopt extension.
 
-No ``buffers()``, on purpose: this file is the skill's contract exactly, so kopt sizes ``input`` and
-``output`` by the skill's rule (N elements each) and records that the kernel needs zeroed outputs (it
-writes only output[0]; see the comment at the top of kernel.cu).
+No ``buffers()``, on purpose: this file uses the plain contract only, so kopt sizes ``input`` and
+``output`` by the default sizing rule (N elements each) and records that the kernel needs zeroed
+outputs (it writes only output[0]; see the comment at the top of kernel.cu).
 
 atol: a sum of N randn values is about sqrt(N) in size (1024 at N = 2^20), and fp32 atomics add the
 block sums in a different order each run, so the last bits differ from torch's sum; 0.2 absolute with
-2e-3 relative is the skill's own allowance for that.
+2e-3 relative allows for that.
 """
 
 atol = 2e-1

@@ -1,6 +1,6 @@
 """Reference for examples/cuda/sgemm_naive/kernel.cu: C = A @ B in fp32, row-major.
 
-``buffers()`` is needed here: the original skill's rule would size every buffer as the product of the
+``buffers()`` is needed here: the default sizing rule would size every buffer as the product of the
 two largest dims, which is only right when M == N == K.
 """
 

@@ -7,7 +7,7 @@
 //
 // kopt contract: `extern "C" void solve(...)`; `const float* x` is an input buffer, `float* y` an
 // output buffer, `int N` a dim given on the command line (--N=...). Both buffers hold N floats, which
-// is what the original skill's sizing rule gives for a single dim, so ref.py needs no buffers().
+// is what the default sizing rule gives for a single dim, so ref.py needs no buffers().
 
 #include <cuda_runtime.h>
 

@@ -1,6 +1,6 @@
 """Reference for examples/cuda/vector_scale/kernel.cu: y = 2.5 * x.
 
-The buffers follow the original skill's rule (one dim N, so x and y hold N floats each; x is const in
+The buffers follow the default sizing rule (one dim N, so x and y hold N floats each; x is const in
 the kernel's signature, so it is the input), so no ``buffers()`` is needed.
 """
 
