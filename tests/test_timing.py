@@ -7,7 +7,7 @@ import itertools
 import math
 import random
 
-from kopt_core.bench.timing import escaped_work, median_ci_rel, sample_until_stable, summarize
+from kopt_core.bench.timing import Samples, escaped_work, median_ci_rel, sample_until_stable, summarize
 from kopt_core.records import BenchOptions
 
 
@@ -34,25 +34,26 @@ def _source(values):
 
 def test_sampling_stops_when_precise_enough():
     options = BenchOptions(min_samples=30, max_samples=1000, rel_precision=0.005, budget_s=60)
-    device, host, reason = sample_until_stable(_source([1.0, 1.001, 0.999, 1.0005]), options)
-    assert reason == "precision reached" and len(device) == 30 and len(host) == 30
+    samples = sample_until_stable(_source([1.0, 1.001, 0.999, 1.0005]), options)
+    assert samples.stop_reason == "precision reached"
+    assert len(samples.device_ms) == 30 and len(samples.host_ms) == 30
 
 
 def test_sampling_stops_at_the_sample_cap_when_noise_never_settles():
     options = BenchOptions(min_samples=10, max_samples=200, rel_precision=1e-6, budget_s=60)
-    _, _, reason = sample_until_stable(_source([1.0, 2.0, 3.0, 0.5]), options)
-    assert reason == "max samples"
+    assert sample_until_stable(_source([1.0, 2.0, 3.0, 0.5]), options).stop_reason == "max samples"
 
 
 def test_sampling_stops_at_the_time_budget():
     options = BenchOptions(min_samples=1000, max_samples=10**9, rel_precision=1e-9, budget_s=0.05)
-    device, _, reason = sample_until_stable(_source([1.0, 2.0]), options)
-    assert reason == "time budget" and len(device) >= 5
+    samples = sample_until_stable(_source([1.0, 2.0]), options)
+    assert samples.stop_reason == "time budget" and len(samples.device_ms) >= 5
 
 
 def test_summary_reports_per_launch_figures():
-    stats = summarize(device_ms=[10.0, 12.0, 11.0, 30.0], host_ms=[10.5, 12.5, 11.5, 30.5], launches=10,
-                      mode="graph", l2="cold", clock="cuda_events", stop_reason="time budget", warmup=(100, 200.0))
+    samples = Samples(device_ms=[10.0, 12.0, 11.0, 30.0], host_ms=[10.5, 12.5, 11.5, 30.5],
+                      stop_reason="time budget")
+    stats = summarize(samples, launches=10, mode="graph", l2="cold", clock="cuda_events", warmup=(100, 200.0))
     assert stats.median_ms == 1.15 and stats.min_ms == 1.0 and stats.max_ms == 3.0
     assert stats.samples_ms == (1.0, 1.2, 1.1, 3.0)
     assert stats.host_median_ms == 1.2
@@ -61,10 +62,14 @@ def test_summary_reports_per_launch_figures():
 
 
 def test_work_hidden_from_the_events_is_detected():
-    base = dict(launches=1, mode="per_launch", l2="cold", stop_reason="x", warmup=(1, 1.0))
-    honest = summarize(device_ms=[1.0] * 20, host_ms=[1.05] * 20, clock="cuda_events", **base)
-    assert escaped_work(honest, [1.05] * 20, [1.0] * 20) is None
-    hidden = summarize(device_ms=[0.01] * 20, host_ms=[3.0] * 20, clock="cuda_events", **base)
-    assert "escaped" in escaped_work(hidden, [3.0] * 20, [0.01] * 20)
-    host_clock = summarize(device_ms=[1.0] * 20, host_ms=[1.0] * 20, clock="host", **base)
-    assert escaped_work(host_clock, [9.0] * 20, [1.0] * 20) is None
+    base = dict(launches=1, mode="per_launch", l2="cold", warmup=(1, 1.0))
+
+    def samples(device, host):
+        return Samples(device_ms=[device] * 20, host_ms=[host] * 20, stop_reason="x")
+
+    honest = samples(1.0, 1.05)
+    assert escaped_work(summarize(honest, clock="cuda_events", **base), honest) is None
+    hidden = samples(0.01, 3.0)
+    assert "escaped" in escaped_work(summarize(hidden, clock="cuda_events", **base), hidden)
+    host_clock = summarize(samples(1.0, 1.0), clock="host", **base)
+    assert escaped_work(host_clock, samples(1.0, 9.0)) is None

@@ -10,6 +10,8 @@ import statistics
 import time
 from typing import Callable, Protocol
 
+from attrs import field, frozen
+
 from kopt_core.records import BenchOptions, TimingStats
 
 Fn = Callable[[], object]
@@ -136,11 +138,19 @@ def median_ci_rel(samples: list[float]) -> float:
     return (ordered[hi] - ordered[lo]) / (2 * med)
 
 
-def sample_until_stable(
-    take: Callable[[], tuple[float, float]], options: BenchOptions
-) -> tuple[list[float], list[float], str]:
+@frozen
+class Samples:
+    """What one sampling took: device and host milliseconds per sample (a sample may hold several
+    launches), and why the sampling stopped."""
+
+    device_ms: tuple[float, ...] = field(converter=tuple)
+    host_ms: tuple[float, ...] = field(converter=tuple)
+    stop_reason: str
+
+
+def sample_until_stable(take: Callable[[], tuple[float, float]], options: BenchOptions) -> Samples:
     """Take samples until the median's interval is within ``rel_precision``, or the time budget or the
-    sample cap runs out. Returns (device ms per sample, host ms per sample, why it stopped)."""
+    sample cap runs out."""
     device: list[float] = []
     host: list[float] = []
     start = time.perf_counter()
@@ -151,11 +161,11 @@ def sample_until_stable(
         host.append(h)
         n = len(device)
         if n >= options.max_samples:
-            return device, host, "max samples"
+            return Samples(device, host, "max samples")
         if n >= options.min_samples and n % check_every == 0 and median_ci_rel(device) <= options.rel_precision:
-            return device, host, "precision reached"
+            return Samples(device, host, "precision reached")
         if time.perf_counter() - start >= options.budget_s and n >= 5:
-            return device, host, "time budget"
+            return Samples(device, host, "time budget")
 
 
 def percentile(ordered: list[float], q: float) -> float:
@@ -168,22 +178,22 @@ def percentile(ordered: list[float], q: float) -> float:
 
 
 def summarize(
+    samples: Samples,
     *,
-    device_ms: list[float],
-    host_ms: list[float],
     launches: int,
     mode: str,
     l2: str,
     clock: str,
-    stop_reason: str,
     warmup: tuple[int, float],
     note: str = "",
 ) -> TimingStats:
-    per = [d / launches for d in device_ms]
+    """Per-launch statistics of ``samples`` (``launches`` launches per sample), labelled with how they were
+    taken."""
+    per = [d / launches for d in samples.device_ms]
     ordered = sorted(per)
     mean = statistics.fmean(per)
     stddev = statistics.stdev(per) if len(per) > 1 else 0.0
-    host_per = statistics.median(host_ms) / launches if host_ms else None
+    host_per = statistics.median(samples.host_ms) / launches if samples.host_ms else None
     return TimingStats(
         mode=mode,
         l2=l2,
@@ -198,7 +208,7 @@ def summarize(
         stddev_ms=stddev,
         cv=stddev / mean if mean > 0 else math.nan,
         median_ci_rel=median_ci_rel(per),
-        stop_reason=stop_reason,
+        stop_reason=samples.stop_reason,
         warmup_launches=warmup[0],
         warmup_ms=warmup[1],
         host_median_ms=host_per,
@@ -207,13 +217,13 @@ def summarize(
     )
 
 
-def escaped_work(stats: TimingStats, sample_host_ms: list[float], sample_device_ms: list[float]) -> str | None:
+def escaped_work(stats: TimingStats, samples: Samples) -> str | None:
     """Say so when the host saw much more time than the events did: work ran where the events could
     not see it (another stream, another thread)."""
-    if stats.clock != "cuda_events" or not sample_host_ms:
+    if stats.clock != "cuda_events" or not samples.host_ms:
         return None
-    gap = statistics.median(h - d for h, d in zip(sample_host_ms, sample_device_ms))
-    device = statistics.median(sample_device_ms)
+    gap = statistics.median(h - d for h, d in zip(samples.host_ms, samples.device_ms))
+    device = statistics.median(samples.device_ms)
     if gap > 0.25 * device + 0.2:
         return (
             f"host time per sample exceeds the events' by {gap:.3f} ms (events {device:.3f} ms): work "

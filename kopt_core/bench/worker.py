@@ -49,8 +49,9 @@ ROTATION_MAX_BYTES = 4 << 30
 MAX_LAUNCHES_PER_SAMPLE = 4096
 
 
-class Stop(Exception):
-    """End the run early with this result status and stage."""
+class StageFailed(Exception):
+    """A stage ended the worker's run: the result gets ``status`` (failed: the kernel failed; error: something
+    else did, such as the reference, the backend or the device) with ``stage`` as its error_stage."""
 
     def __init__(self, status: str, stage: str, message: str):
         super().__init__(message)
@@ -87,8 +88,8 @@ class WorkerRun:
         try:
             self._run()
             self.fields["status"] = "ok"
-        except Stop as stop:
-            self.fields.update(status=stop.status, error_stage=stop.stage, error=stop.message)
+        except StageFailed as failure:
+            self.fields.update(status=failure.status, error_stage=failure.stage, error=failure.message)
         except ConfigError as exc:
             self.fields.update(status="error", error_stage="reference", error=str(exc))
         except Exception as exc:  # anything else is kopt's or the environment's, said plainly
@@ -103,7 +104,7 @@ class WorkerRun:
         try:
             self.launcher = load_launcher(artifact)
         except Exception as exc:
-            raise Stop("failed", "load", f"could not load {artifact.path}: {_describe(exc)}") from None
+            raise StageFailed("failed", "load", f"could not load {artifact.path}: {_describe(exc)}") from None
         self._open_device()
         self.ref = load_reference(self.request.reference)
         self._plan_buffers()
@@ -129,8 +130,8 @@ class WorkerRun:
         self._check_once(self.options.recheck_seed, "after_timing", zeroed=zeroed)
         if not self.checks[-1].passed:
             self.fields["correctness_pass"] = False
-            raise Stop("failed", "recheck", "after timing, with fresh inputs in the same buffers, the kernel's "
-                       f"output no longer matches the reference: {self.checks[-1].message}")
+            raise StageFailed("failed", "recheck", "after timing, with fresh inputs in the same buffers, the "
+                              f"kernel's output no longer matches the reference: {self.checks[-1].message}")
         self.fields["timing_valid"] = True
         if self.options.time_reference:
             ref_stats = self._time_reference()
@@ -142,7 +143,7 @@ class WorkerRun:
         self.device = self.launcher.device
         if self.device == "cuda":
             if not torch.cuda.is_available():
-                raise Stop("error", "device", "no CUDA device is visible to PyTorch in the worker")
+                raise StageFailed("error", "device", "no CUDA device is visible to PyTorch in the worker")
             # The reference's float32 matmuls must not silently run in TF32.
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
@@ -166,7 +167,7 @@ class WorkerRun:
         artifact = self.request.artifact
         interface = artifact.interface
         if interface is None:
-            raise Stop("error", "load", f"the {artifact.backend} backend gave no kernel interface")
+            raise StageFailed("error", "load", f"the {artifact.backend} backend gave no kernel interface")
         self.interface = interface
         self.provider = getattr(self.launcher, "inputs", None) if interface.dynamic_buffers else None
         if self.provider is not None:
@@ -184,8 +185,9 @@ class WorkerRun:
         )
         checked = [s for s in self.specs if s.role != "input"]
         if not checked:
-            raise Stop("error", "reference", f"{interface.source}: {interface.entry} has no output buffer to check "
-                       "(non-const pointers are outputs; describe roles in buffers() if needed)")
+            raise StageFailed("error", "reference", f"{interface.source}: {interface.entry} has no output "
+                              "buffer to check (non-const pointers are outputs; describe roles in buffers() if "
+                              "needed)")
         self.tolerance = self.ref.tolerance(checked[0].dtype, self.options.atol, self.options.rtol)
         self.fields["tolerance"] = self.tolerance
 
@@ -197,12 +199,12 @@ class WorkerRun:
         try:
             args, outputs = self.provider(dict(self.request.dims), seed)
         except Exception as exc:
-            raise Stop("error", "reference", f"{self.request.artifact.source}: setup(**dims, seed={seed}) raised "
-                       f"{_describe(exc)}") from None
+            raise StageFailed("error", "reference", f"{self.request.artifact.source}: setup(**dims, "
+                              f"seed={seed}) raised {_describe(exc)}") from None
         missing = [name for name in outputs if not isinstance(args.get(name), torch.Tensor)]
         if missing:
-            raise Stop("error", "reference", f"{self.request.artifact.source}: setup() names outputs "
-                       f"{missing} that are not tensors among its inputs")
+            raise StageFailed("error", "reference", f"{self.request.artifact.source}: setup() names outputs "
+                              f"{missing} that are not tensors among its inputs")
         return args, tuple(outputs)
 
     def _specs_from_provider(self):
@@ -218,7 +220,8 @@ class WorkerRun:
             else:
                 scalars[name] = value
         if not any(s.role == "output" for s in specs):
-            raise Stop("error", "reference", f"{self.request.artifact.source}: setup() returned no output tensor")
+            raise StageFailed("error", "reference",
+                              f"{self.request.artifact.source}: setup() returned no output tensor")
         return tuple(specs), scalars
 
     def _allocate(self) -> None:
@@ -243,8 +246,9 @@ class WorkerRun:
             else:
                 fresh = provided[spec.name] if provided is not None else buffer_plan.make_tensor(spec, self.device, gen)
                 if tuple(fresh.shape) != spec.shape:
-                    raise Stop("error", "reference", f"setup() returned {spec.name} with shape {tuple(fresh.shape)} "
-                               f"for seed {seed}, {spec.shape} before; shapes must not depend on the seed")
+                    raise StageFailed("error", "reference", f"setup() returned {spec.name} with shape "
+                                      f"{tuple(fresh.shape)} for seed {seed}, {spec.shape} before; shapes must "
+                                      "not depend on the seed")
                 tensor.copy_(fresh)
                 ref_args[spec.name] = tensor.clone()
         ref_args.update(self.scalars)
@@ -254,7 +258,8 @@ class WorkerRun:
         try:
             returned = self.ref.reference(**ref_args)
         except Exception as exc:
-            raise Stop("error", "reference", f"{self.ref.path}: reference(...) raised {_describe(exc)}") from None
+            raise StageFailed("error", "reference",
+                              f"{self.ref.path}: reference(...) raised {_describe(exc)}") from None
         outs = [s.name for s in self.specs if s.role != "input"]
         if isinstance(returned, dict):
             for name, value in returned.items():
@@ -275,7 +280,7 @@ class WorkerRun:
             self.kernel_clock.sync()
             self.launcher.check()
         except (LaunchError, RuntimeError) as exc:
-            raise Stop("failed", what, f"the kernel failed while running: {_describe(exc)}") from None
+            raise StageFailed("failed", what, f"the kernel failed while running: {_describe(exc)}") from None
 
     def _check_once(self, seed: int, phase: str, zeroed: bool) -> CorrectnessCheck:
         ref_args = self._fill(seed, zeroed)
@@ -308,14 +313,15 @@ class WorkerRun:
         for seed in self.options.seeds:
             check = self._check_once(seed, "before_timing", zeroed)
             if not check.passed and not zeroed and has_pure_outputs and check.inputs_unchanged:
-                # The original skill handed kernels zeroed outputs; a kernel may rely on that. Record it.
+                # A kernel that accumulates into its output (a reduction) relies on it starting zeroed:
+                # that passes, and the result records the requirement.
                 retry = self._check_once(seed, "before_timing", zeroed=True)
                 if retry.passed:
                     zeroed = True
                     self.fields["outputs_must_start_zeroed"] = True
                     continue
             if not self.checks[-1].passed:
-                raise Stop("failed", "correctness", f"seed {seed}: {self.checks[-1].message}")
+                raise StageFailed("failed", "correctness", f"seed {seed}: {self.checks[-1].message}")
 
     # -- timing ------------------------------------------------------------------------------------
     def _rotation_sets(self, set_bytes: int) -> int:
@@ -354,9 +360,8 @@ class WorkerRun:
                     flush()
                 return clock.time(single)
 
-            device, host, reason = sample_until_stable(take, opts)
-            stats = summarize(device_ms=device, host_ms=host, launches=1, mode=mode, l2=l2, clock=clock.name,
-                              stop_reason=reason, warmup=warm)
+            samples = sample_until_stable(take, opts)
+            stats = summarize(samples, launches=1, mode=mode, l2=l2, clock=clock.name, warmup=warm)
         else:
             set_bytes = sum(v.numel() * v.element_size() for v in args.values() if isinstance(v, torch.Tensor))
             sets = self._arg_sets(self._rotation_sets(set_bytes), args)
@@ -381,16 +386,16 @@ class WorkerRun:
                 # A batch takes the host longer to enqueue than one launch: hold the start event longer.
                 note += f"; batch held {spin_for(clock, body):.0f} us" if self.device == "cuda" else ""
             warm_up(clock, body, min(opts.warmup_ms, 50.0), min_launches=2)
-            device, host, reason = sample_until_stable(lambda: clock.time(body), opts)
+            samples = sample_until_stable(lambda: clock.time(body), opts)
             if replay is not None:
                 replay.close()
-            stats = summarize(device_ms=device, host_ms=host, launches=launches, mode=mode, l2=l2,
-                              clock=clock.name, stop_reason=reason, warmup=warm, note=note)
-        escaped = escaped_work(stats, host, device)
+            stats = summarize(samples, launches=launches, mode=mode, l2=l2, clock=clock.name, warmup=warm,
+                              note=note)
+        escaped = escaped_work(stats, samples)
         if escaped:
-            raise Stop("failed", "timing", f"{what}: {escaped}")
+            raise StageFailed("failed", "timing", f"{what}: {escaped}")
         if not stats.median_ms > 0:
-            raise Stop("failed", "timing", f"{what}: median time {stats.median_ms} ms is not positive")
+            raise StageFailed("failed", "timing", f"{what}: median time {stats.median_ms} ms is not positive")
         return stats
 
     def _flusher(self):
@@ -414,7 +419,8 @@ class WorkerRun:
                                   getattr(launcher, "capture", None), "kernel")
             launcher.check()
         except (LaunchError, RuntimeError) as exc:
-            raise Stop("failed", "timing", f"the kernel failed while being timed: {_describe(exc)}") from None
+            raise StageFailed("failed", "timing",
+                              f"the kernel failed while being timed: {_describe(exc)}") from None
         return stats
 
     def _time_reference(self) -> TimingStats:
@@ -426,10 +432,11 @@ class WorkerRun:
 
         try:
             return self._measure(self.reference_clock, bind, ref_args, None, "reference")
-        except Stop:
+        except StageFailed:
             raise
         except Exception as exc:
-            raise Stop("error", "reference", f"timing the reference failed: {_describe(exc)}") from None
+            raise StageFailed("error", "reference",
+                              f"timing the reference failed: {_describe(exc)}") from None
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,4 +1,4 @@
-"""The seed's budget-aware priority scan, deterministic.
+"""The budget-aware priority scan that picks an iteration's methods, deterministic.
 
 For each axis with budget, methods are scanned by priority (those after the budget fills are recorded as
 not reached); a method is skipped when it was selected before, its backend or the architecture lacks
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from attrs import field, frozen
+from attrs import converters, field, frozen
 
 from kopt_core.knowledge.methods import AllOf, Condition, Method, MethodRegistry
 from kopt_core.roofline.records import AXES
@@ -91,6 +91,40 @@ def kernel_tags(mnemonics: list[str] | None, *, kernels: int | None = None) -> d
     return tags
 
 
+@frozen
+class ProfileEvidence:
+    """What one profile shows, as the scan reads it: the roofline's axis budget and bound, how close the
+    kernel runs to its roofline floor, the metric values triggers and skip conditions read, and the
+    kernel's traits (``kernel_tags``)."""
+
+    budget: dict  # axis -> slots (roofline.json's axis_budget)
+    bound: str
+    values: dict  # metric registry key (or a roofline evidence key) -> value; None = unknown
+    # roofline floor_ms / duration_ms (1.0 = at the floor); None without a workload roofline
+    floor_share: float | None = None
+    tags: dict = field(factory=lambda: kernel_tags(None))
+
+
+@frozen
+class SelectionContext:
+    """Everything one scan decides on besides the method registry: the profile's evidence, where the kernel
+    runs, the numerics mode, the operand dtypes, and the run's method history (empty for a standalone
+    selection)."""
+
+    evidence: ProfileEvidence
+    arch: str
+    backend: str
+    iteration: int = 1
+    numerics_mode: str = "reference"
+    dtypes: tuple[str, ...] = field(default=(), converter=tuple)
+    selected_before: tuple[str, ...] = field(default=(), converter=tuple)
+    # id -> the bound under which it proved ineffective
+    ineffective: dict = field(factory=dict, converter=converters.default_if_none(factory=dict))
+    implementation_failed: tuple[str, ...] = field(default=(), converter=tuple)
+    # implementation-failed ids the user allows to be selected again
+    acknowledged: tuple[str, ...] = field(default=(), converter=tuple)
+
+
 def _condition_text(condition: Condition | AllOf, values: dict) -> str:
     if isinstance(condition, AllOf):
         return "(" + " and ".join(_condition_text(c, values) for c in condition.all) + ")"
@@ -118,101 +152,90 @@ def _skip_reason(method: Method, values: dict, dtypes: set[str], tags: dict) -> 
     return None
 
 
-def select_methods(
-    registry: MethodRegistry,
-    *,
-    budget: dict,
-    values: dict,
-    arch: str,
-    backend: str,
-    bound: str,
-    iteration: int = 1,
-    numerics_mode: str = "reference",
-    selected_before: tuple[str, ...] = (),
-    ineffective: dict | None = None,  # id -> the bound under which it proved ineffective
-    implementation_failed: tuple[str, ...] = (),
-    acknowledged: tuple[str, ...] = (),
-    dtypes: tuple[str, ...] = (),
-    sass_mnemonics: list[str] | None = None,
-    floor_share: float | None = None,
-    kernels: int | None = None,
-) -> Selection:
-    ineffective = ineffective or {}
-    tags = kernel_tags(sass_mnemonics, kernels=kernels)
-    dtype_set = set(dtypes)
+def select_methods(registry: MethodRegistry, context: SelectionContext) -> Selection:
+    """One iteration's methods: the scan this module's docstring describes, over ``registry``."""
+    evidence = context.evidence
     chosen: list[Picked] = []
     skipped: list[Skipped] = []
     underfilled: dict[str, str] = {}
     groups_used: dict[str, str] = {}
     for axis in AXES:
-        slots = min(int(budget.get(axis, 0)), AXIS_CAP)
+        slots = min(int(evidence.budget.get(axis, 0)), AXIS_CAP)
         if slots <= 0:
             continue
         taken = 0
         for method in registry.by_axis(axis):
-
-            def skip(reason: str, method=method) -> None:
-                skipped.append(Skipped(id=method.id, axis=axis, reason=reason))
-
             if taken >= slots:
-                skip(f"not reached: higher priorities filled the {axis} budget ({slots})")
-                continue
-
-            if method.id in selected_before:
-                skip("selected in an earlier iteration")
-                continue
-            if backend not in method.backends:
-                skip(f"not for the {backend} backend (only {', '.join(method.backends)})")
-                continue
-            ok, missing = registry.applies_on(method, arch)
-            if not ok:
-                skip(f"{arch} lacks {', '.join(missing)}")
-                continue
-            if method.numerics == "approximate" and numerics_mode != "approximate":
-                skip(f"approximate numerics: needs --numerics-mode approximate (mode is {numerics_mode})")
-                continue
-            if numerics_mode == "strict" and method.numerics not in ("bitwise_preserving", "preconditioned"):
-                skip("strict numerics admit only bitwise-preserving or preconditioned methods")
-                continue
-            if floor_share is not None and floor_share >= NEAR_FLOOR and not method.lowers_floor:
-                skip(f"the kernel runs at {floor_share:.0%} of its roofline floor: a method that keeps the work "
-                     f"and the peak can gain at most {1 - floor_share:.0%}")
-                continue
-            if method.id in ineffective and ineffective[method.id] == bound:
-                skip(f"proved ineffective under the same bound ({bound}); blocked until the bottleneck changes")
-                continue
-            if method.id in implementation_failed and method.id not in acknowledged:
-                skip("failed to implement before; select it again only with an explicit acknowledgement")
-                continue
-            reason = _skip_reason(method, values, dtype_set, tags)
+                reason = f"not reached: higher priorities filled the {axis} budget ({slots})"
+            else:
+                reason = _refusal(method, registry, context) or _clash(method, chosen, groups_used)
             if reason:
-                skip(reason)
+                skipped.append(Skipped(id=method.id, axis=axis, reason=reason))
                 continue
-            if not method.trigger.holds(values):
-                shown = "; ".join(_condition_text(c, values) for c in (*method.trigger.all, *method.trigger.any))
-                skip(f"not triggered by the evidence: {shown}")
-                continue
-            clash = [p.id for p in chosen if p.id in method.relations.conflicts]
-            if clash:
-                skip(f"conflicts with {', '.join(clash)}, chosen this round")
-                continue
-            group = method.relations.same_budget
-            if group and group in groups_used:
-                skip(f"same-budget group {group!r} already holds a slot this round ({groups_used[group]})")
-                continue
-            met = method.trigger.met(values)
+            met = method.trigger.met(evidence.values)
             chosen.append(Picked(id=method.id, axis=axis, priority=method.priority, numerics=method.numerics,
-                                 evidence="; ".join(_condition_text(c, values) for c in met)))
-            if group:
-                groups_used[group] = method.id
+                                 evidence="; ".join(_condition_text(c, evidence.values) for c in met)))
+            if method.relations.same_budget:
+                groups_used[method.relations.same_budget] = method.id
             taken += 1
         if taken < slots:
-            near = floor_share is not None and floor_share >= NEAR_FLOOR
-            underfilled[axis] = (f"{slots - taken} of {slots} slot(s) left: no further method on this axis passed "
-                                 "every gate (see skipped)"
-                                 + (f"; the kernel runs at {floor_share:.0%} of its roofline floor, so only a "
-                                    "method that lowers the floor could still pay" if near else "")
-                                 + "; no filler is added")
-    return Selection(iteration=iteration, arch=arch, backend=backend, numerics_mode=numerics_mode, bound=bound,
-                     budget={axis: int(budget.get(axis, 0)) for axis in AXES}, selected=chosen, skipped=skipped,
-                     underfilled=underfilled, kernel_tags=tags, floor_share=floor_share)
+            underfilled[axis] = _underfilled(slots - taken, slots, evidence.floor_share)
+    return Selection(iteration=context.iteration, arch=context.arch, backend=context.backend,
+                     numerics_mode=context.numerics_mode, bound=evidence.bound,
+                     budget={axis: int(evidence.budget.get(axis, 0)) for axis in AXES}, selected=chosen,
+                     skipped=skipped, underfilled=underfilled, kernel_tags=evidence.tags,
+                     floor_share=evidence.floor_share)
+
+
+def _refusal(method: Method, registry: MethodRegistry, context: SelectionContext) -> str | None:
+    """Why ``method`` cannot be selected whatever else this round chooses (the first gate that refuses it,
+    in the order the module's docstring lists them), or None."""
+    evidence = context.evidence
+    if method.id in context.selected_before:
+        return "selected in an earlier iteration"
+    if context.backend not in method.backends:
+        return f"not for the {context.backend} backend (only {', '.join(method.backends)})"
+    ok, missing = registry.applies_on(method, context.arch)
+    if not ok:
+        return f"{context.arch} lacks {', '.join(missing)}"
+    mode = context.numerics_mode
+    if method.numerics == "approximate" and mode != "approximate":
+        return f"approximate numerics: needs --numerics-mode approximate (mode is {mode})"
+    if mode == "strict" and method.numerics not in ("bitwise_preserving", "preconditioned"):
+        return "strict numerics admit only bitwise-preserving or preconditioned methods"
+    share = evidence.floor_share
+    if share is not None and share >= NEAR_FLOOR and not method.lowers_floor:
+        return (f"the kernel runs at {share:.0%} of its roofline floor: a method that keeps the work "
+                f"and the peak can gain at most {1 - share:.0%}")
+    if method.id in context.ineffective and context.ineffective[method.id] == evidence.bound:
+        return (f"proved ineffective under the same bound ({evidence.bound}); blocked until the bottleneck "
+                "changes")
+    if method.id in context.implementation_failed and method.id not in context.acknowledged:
+        return "failed to implement before; select it again only with an explicit acknowledgement"
+    reason = _skip_reason(method, evidence.values, set(context.dtypes), evidence.tags)
+    if reason:
+        return reason
+    if not method.trigger.holds(evidence.values):
+        conditions = (*method.trigger.all, *method.trigger.any)
+        return "not triggered by the evidence: " + "; ".join(_condition_text(c, evidence.values)
+                                                             for c in conditions)
+    return None
+
+
+def _clash(method: Method, chosen: list[Picked], groups_used: dict[str, str]) -> str | None:
+    """Why ``method`` cannot join the methods chosen this round, or None."""
+    clash = [p.id for p in chosen if p.id in method.relations.conflicts]
+    if clash:
+        return f"conflicts with {', '.join(clash)}, chosen this round"
+    group = method.relations.same_budget
+    if group and group in groups_used:
+        return f"same-budget group {group!r} already holds a slot this round ({groups_used[group]})"
+    return None
+
+
+def _underfilled(left: int, slots: int, floor_share: float | None) -> str:
+    near = floor_share is not None and floor_share >= NEAR_FLOOR
+    return (f"{left} of {slots} slot(s) left: no further method on this axis passed every gate (see skipped)"
+            + (f"; the kernel runs at {floor_share:.0%} of its roofline floor, so only a method that lowers "
+               "the floor could still pay" if near else "")
+            + "; no filler is added")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from kopt_core.bench.worker import Stop, WorkerRun
+from kopt_core.bench.worker import StageFailed, WorkerRun
 from kopt_core.jsonio import read_json
 from kopt_core.records import BenchRequest, from_data
 
@@ -36,8 +36,8 @@ def main(argv: list[str] | None = None) -> int:
             run.kernel_clock.sync()
             torch.cuda.profiler.stop()
             run.launcher.check()
-        except Stop as stop:
-            print(f"kopt ncu target: {stop.stage}: {stop.message}", file=sys.stderr)
+        except StageFailed as failure:
+            print(f"kopt ncu target: {failure.stage}: {failure.message}", file=sys.stderr)
             return 2
     return 0
 

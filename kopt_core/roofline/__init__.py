@@ -1,20 +1,14 @@
 """Step 3b: device ceilings, roofline gaps, the evidence-driven axis budget and the top ncu metrics.
 
-``compute_roofline`` -> ``Roofline`` (roofline.json), ``build_ncu_top`` / ``top_metrics`` -> ``NcuTop``
-(ncu_top.json), ``measure_ceilings`` / ``DEFAULT_CEILINGS`` -> ``Ceilings``, ``plot_roofline`` -> PNG
+``compute_roofline`` (``gaps``: the workload roofline of ``model`` or the heuristic of ``heuristic``) ->
+``Roofline`` (roofline.json), ``build_ncu_top`` / ``top_metrics`` (``top``) -> ``NcuTop`` (ncu_top.json),
+``measure_ceilings`` / ``DEFAULT_CEILINGS`` -> ``Ceilings``, ``plot_roofline`` -> PNG
 (``kopt_core.roofline.plot``, imported on use: it needs matplotlib).
 """
 
-from kopt_core.roofline.gaps import (
-    axis_budget,
-    build_ncu_top,
-    compute_roofline,
-    latency_gap,
-    metric_values,
-    top_metrics,
-    unknown_keys,
-)
+from kopt_core.roofline.gaps import axis_budget, compute_roofline, latency_gap
 from kopt_core.roofline.records import AXES, Achieved, Ceilings, NcuTop, Roofline, TopMetric
+from kopt_core.roofline.top import build_ncu_top, metric_values, top_metrics, unknown_keys
 
 
 def __getattr__(name: str):

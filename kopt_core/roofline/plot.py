@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kopt_core.roofline.gaps import format_rate
+from kopt_core.roofline.reading import format_rate
 from kopt_core.roofline.records import AXES, Roofline
 
 

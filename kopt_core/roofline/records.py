@@ -25,7 +25,7 @@ class Ceilings:
     device: str
     bandwidth_bytes_per_s: float
     flops_per_s: dict[str, float] = field(factory=dict)
-    source: str = ""  # "measured on <device> <date>" | "MEASUREMENT.md (H200, 2026-11-29)"
+    source: str = ""  # "measured on <device> <date>", or where DEFAULT_CEILINGS' figures were taken from
     details: dict = field(factory=dict)  # how each figure was measured, per-method results, skips
     # L2 size: up to this many dirty bytes drain to DRAM after a kernel's timed end, so a kernel moving
     # few bytes can read above the bandwidth ceiling by about l2_cache_bytes / bytes moved

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kopt_core.knowledge.methods import load_methods
-from kopt_core.knowledge.select import AXIS_CAP, kernel_tags, select_methods
+from kopt_core.knowledge.select import (AXIS_CAP, ProfileEvidence, SelectionContext, kernel_tags,
+                                        select_methods)
 
 
 @pytest.fixture(scope="module")
@@ -16,10 +17,11 @@ def registry():
 BUDGET = {"compute": 1, "memory": 1, "latency": 1}
 
 
-def pick(registry, **overrides):
-    kwargs = dict(budget=BUDGET, values={}, arch="sm_90a", backend="cuda", bound="memory")
-    kwargs.update(overrides)
-    return select_methods(registry, **kwargs)
+def pick(registry, *, budget=BUDGET, values=None, bound="memory", floor_share=None, kernels=None, **context):
+    evidence = ProfileEvidence(budget=budget, bound=bound, values=values or {}, floor_share=floor_share,
+                               tags=kernel_tags(None, kernels=kernels))
+    context = {"arch": "sm_90a", "backend": "cuda", **context}
+    return select_methods(registry, SelectionContext(evidence=evidence, **context))
 
 
 def reasons(selection, method_id):
