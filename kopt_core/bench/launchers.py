@@ -8,7 +8,7 @@ This module is the launcher contract a backend implements (see docs/plugins.md).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from kopt_core.records import Artifact
@@ -52,7 +52,7 @@ class Launcher(Protocol):
 class ProvidesInputs(Protocol):
     """A launcher whose kernel file makes its own arguments (Triton's ``setup()``)."""
 
-    def inputs(self, dims: dict[str, Any], seed: int) -> tuple[dict[str, Any], list[str]]:
+    def inputs(self, dims: dict[str, Any], seed: int) -> tuple[dict[str, Any], Sequence[str]]:
         """``(args, outputs)``: ``args`` maps names to tensors and scalars, ``outputs`` names the tensors
         the kernel writes. The worker learns the buffers from the first call and, for every seed, copies
         the fresh inputs into its own buffers (so pointers stay fixed) and poisons the outputs."""

@@ -17,7 +17,13 @@ import torch
 
 from kopt_core.bench import buffers as buffer_plan
 from kopt_core.bench.compare import compare, unchanged
-from kopt_core.bench.launchers import LaunchError, load_launcher
+from kopt_core.bench.launchers import (
+    LaunchError,
+    ProvidesClock,
+    ProvidesInputs,
+    ProvidesNotes,
+    load_launcher,
+)
 from kopt_core.bench.runner import base_fields
 from kopt_core.bench.timing import (
     CudaEventClock,
@@ -75,10 +81,10 @@ class WorkerRun:
         return BenchResult(**fields)
 
     def save(self) -> None:
-        notes = getattr(getattr(self, "launcher", None), "notes", None)
-        if notes is not None:
+        launcher = getattr(self, "launcher", None)  # absent until the artifact loaded
+        if isinstance(launcher, ProvidesNotes):
             try:
-                self.fields["backend_notes"] = dict(notes())
+                self.fields["backend_notes"] = dict(launcher.notes())
             except Exception as exc:  # notes are evidence, never a reason to lose the result
                 self.fields["backend_notes"] = {"error": _describe(exc)}
         write_json(self.result_path, to_data(self.result()))
@@ -156,8 +162,8 @@ class WorkerRun:
                 driver=gpus[0].driver if gpus else "",
             )
             self.reference_clock = CudaEventClock()
-            own_clock = getattr(self.launcher, "clock", None)
-            self.kernel_clock = own_clock() if own_clock else self.reference_clock
+            own = isinstance(self.launcher, ProvidesClock)
+            self.kernel_clock = self.launcher.clock() if own else self.reference_clock
         else:
             self.l2_bytes = 0
             self.fields["device"] = DeviceInfo(name="cpu", torch=torch.__version__)
@@ -169,7 +175,8 @@ class WorkerRun:
         if interface is None:
             raise StageFailed("error", "load", f"the {artifact.backend} backend gave no kernel interface")
         self.interface = interface
-        self.provider = getattr(self.launcher, "inputs", None) if interface.dynamic_buffers else None
+        provides = interface.dynamic_buffers and isinstance(self.launcher, ProvidesInputs)
+        self.provider = self.launcher.inputs if provides else None
         if self.provider is not None:
             self.specs, self.scalars = self._specs_from_provider()
             requested = {s.name: s.shape for s in self.specs}
@@ -416,7 +423,7 @@ class WorkerRun:
         launcher = self.launcher
         try:
             stats = self._measure(self.kernel_clock, launcher.bind, {**self.tensors, **self.scalars},
-                                  getattr(launcher, "capture", None), "kernel")
+                                  launcher.capture, "kernel")
             launcher.check()
         except (LaunchError, RuntimeError) as exc:
             raise StageFailed("failed", "timing",
