@@ -132,14 +132,14 @@ def test_a_kernel_relying_on_zeroed_outputs_passes_and_is_flagged(bench):
     atol = 1e-3
     rtol = 1e-5
 
-    def buffers(N):  # dtypes only: sizes follow the skill's rule
+    def buffers(N):  # dtypes only: sizes follow the default sizing rule
         return {"input": {"dtype": "float32", "role": "input"}, "output": {"dtype": "float32"}}
 
     def reference(input, output, N):
         output.zero_()
         output[0] = input[:N].sum()
     """
-    # The original skill's contract: buffers sized by its rule (here N), only output[0] written.
+    # The plain contract: buffers sized by the default rule (here N), only output[0] written.
     result = bench("def solve(input, output, N: int):\n    output[0] = input.sum()\n", ref=ref, N=1000)
     assert exit_code(result) == 0, result.error
     assert result.outputs_must_start_zeroed

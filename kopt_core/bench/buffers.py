@@ -1,8 +1,8 @@
 """Which buffers a kernel runs on, how big, and what is in them.
 
 Sizes come from the reference's ``buffers(**dims)`` description when it has one. Otherwise they follow
-the original skill's rule so its files still run: every buffer gets the product of the two largest
-integer dims (the one dim if there is only one, a fixed size if none), capped.
+the default sizing rule, so that simple files run without one: every buffer gets the product
+of the two largest integer dims (the one dim if there is only one, a fixed size if none), capped.
 """
 
 from __future__ import annotations

@@ -12,13 +12,13 @@ from kopt_core.records import from_data, to_data
 from kopt_core.roofline import DEFAULT_CEILINGS, Ceilings, Roofline, axis_budget, compute_roofline
 from kopt_core.roofline.gaps import LABEL_HEURISTIC, LABEL_ROOFLINE
 
-# MEASUREMENT.md's H200 figures
+# the H200 figures of docs/measurement.md
 BW = 4.28e12
 FP32 = 50.9e12
 CEILINGS = Ceilings(device="NVIDIA H200", bandwidth_bytes_per_s=BW,
                     flops_per_s={"float32": FP32, "float16": 769e12}, source="test")
 
-# naive SGEMM 2048^3, as timed in MEASUREMENT.md
+# naive SGEMM 2048^3, as timed in docs/measurement.md
 N = 2048
 SGEMM = {"flops": 2.0 * N**3, "bytes_min": 4.0 * 3 * N**2}
 SGEMM_MS = 3.140224
