@@ -16,7 +16,7 @@ import pytest
 import kopt_cuda.plugin
 from kopt_core.jsonio import read_json
 from kopt_core.records import from_data, to_data
-from kopt_core.records.state import Env
+from kopt_core.records.state import Env, EnvGpu
 from kopt_core.steps.gate import COUNTER_METRICS, check_counters, run_gate
 from kopt_core.tools import find_tool
 
@@ -136,7 +136,8 @@ def test_a_gpu_listed_by_nvidia_smi_without_a_cuda_context_is_refused(tmp_path, 
     assert not any(p.startswith("no NVIDIA GPU") for p in env.problems)
     context = next(p for p in env.problems if p.startswith("CUDA context could not be created"))
     assert "CPU-only" in context or "torch" in context.lower()
-    assert env.gpu["name"] == "NVIDIA H200" and env.gpu["source"] == "nvidia-smi"
+    assert env.gpu == EnvGpu(name="NVIDIA H200", capability="9.0", driver="580.159.04", memory_mib=143771,
+                             index=0, count=1, source="nvidia-smi")
     assert any("counters were not checked" in p for p in env.problems)
 
 

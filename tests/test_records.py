@@ -20,9 +20,13 @@ from kopt_core.records import (
     KernelResources,
     Mismatch,
     Param,
+    ProfiledKernel,
+    ProfileSummary,
     TimingStats,
     from_data,
     migrate,
+    read_bench_result,
+    read_profile_summary,
     to_data,
 )
 from kopt_core.records import converter as conv
@@ -111,3 +115,29 @@ def test_atomic_write_replaces_in_one_rename(tmp_path, monkeypatch):
     write_json(target, {"v": 2})
     assert len(calls) == 1 and calls[0][1] == target
     assert read_json(target) == {"v": 2}
+
+
+def test_read_document_migrates_and_says_what_is_wrong(tmp_path, monkeypatch):
+    path = tmp_path / "bench.json"
+    write_json(path, {**to_data(_result()), "schema_version": 0, "name": "k.cu"})
+    monkeypatch.setitem(conv.MIGRATIONS, "bench", {0: lambda d: {**d, "kernel": d.pop("name")}})
+    assert read_bench_result(path).kernel == "k.cu"
+    write_json(path, {**to_data(_result()), "schema_version": 2})
+    with pytest.raises(ValueError, match="newer"):
+        read_bench_result(path)
+    write_json(path, {"kernel": "k.cu"})
+    with pytest.raises(ValueError, match=r"not a bench document: required field missing @ \$.backend"):
+        read_bench_result(path)
+    write_json(path, [1])
+    with pytest.raises(ValueError, match="not a JSON object"):
+        read_bench_result(path)
+
+
+def test_an_imported_profile_summary_leaves_what_it_does_not_know_unknown(tmp_path):
+    summary = ProfileSummary(report="r.csv", bundle="imported", bundle_reason="imported from r.csv",
+                             kernels=[ProfiledKernel(id=0, name="k", duration_ms=1.5)], ncu_duration_ms=1.5)
+    path = write_json(tmp_path / "profile.json", to_data(summary))
+    data = read_json(path)
+    assert data["sass"] is None and data["attempts"] == [] and data["harness_median_ms"] is None
+    assert data["kernels"] == [{"id": 0, "name": "k", "duration_ms": 1.5, "grid": "", "block": ""}]
+    assert read_profile_summary(path) == summary

@@ -170,6 +170,7 @@ def profile_cmd(args, reference, import_path, dims_json, backend, arch, out_dir,
     """
     from kopt_core.dims import parse_dims
     from kopt_core.errors import ConfigError
+    from kopt_core.records import to_data
     from kopt_core.steps.profile import profile_standalone
 
     if state_path or iteration or which:
@@ -188,7 +189,7 @@ def profile_cmd(args, reference, import_path, dims_json, backend, arch, out_dir,
         ncu_timeout_s=ncu_timeout_s, full_timeout_s=full_timeout_s, on_warning=render.warning,
     )
     if as_json:
-        click.echo(dumps(outcome.summary), nl=False)
+        click.echo(dumps(to_data(outcome.summary)), nl=False)
     else:
         render.profile_report(outcome)
     return 0

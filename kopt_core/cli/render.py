@@ -88,16 +88,16 @@ def bench_report(result: BenchResult) -> None:
 
 def profile_report(outcome) -> None:
     roof, top, summary = outcome.roofline, outcome.ncu_top, outcome.summary
-    table = Table(title=f"kopt profile: {summary.get('kernel_file') or summary.get('report')}", show_header=False)
+    table = Table(title=f"kopt profile: {summary.kernel_file or summary.report}", show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
-    table.add_row("report", str(summary.get("report")))
-    table.add_row("bundle", f"{summary.get('bundle')} ({summary.get('bundle_reason')})")
-    for kernel in summary.get("kernels", []):
-        table.add_row(f"kernel {kernel['id']}", f"{kernel['name'][:70]}: {fmt_ms(kernel.get('duration_ms'))}")
-    if summary.get("harness_median_ms") is not None:
-        table.add_row("ncu vs kopt", f"ncu {fmt_ms(summary['ncu_duration_ms'])}, kopt median "
-                                     f"{fmt_ms(summary['harness_median_ms'])} ({summary['harness_over_ncu']:+.1%})")
+    table.add_row("report", summary.report)
+    table.add_row("bundle", f"{summary.bundle} ({summary.bundle_reason})")
+    for kernel in summary.kernels:
+        table.add_row(f"kernel {kernel.id}", f"{kernel.name[:70]}: {fmt_ms(kernel.duration_ms)}")
+    if summary.harness_over_ncu is not None:
+        table.add_row("ncu vs kopt", f"ncu {fmt_ms(summary.ncu_duration_ms)}, kopt median "
+                                     f"{fmt_ms(summary.harness_median_ms)} ({summary.harness_over_ncu:+.1%})")
     gaps = ", ".join(f"{axis} {value:.2f}" if value is not None else f"{axis} unknown" for axis, value in
                      (("compute", roof.delta_compute), ("memory", roof.delta_memory), ("latency", roof.delta_latency)))
     table.add_row(roof.label, f"gaps: {gaps}; bound: {roof.bound}; near peak: {roof.near_peak}")
@@ -109,6 +109,22 @@ def profile_report(outcome) -> None:
         table.add_row("unknown", ", ".join(top.unknown))
     table.add_row("written", str(outcome.out_dir))
     out.print(table)
+
+
+def _gpu_line(gpu) -> str:
+    """An env.json GPU (``EnvGpu``) in one line: name, capability, SMs, memory, driver."""
+    parts = [gpu.name or "?"]
+    if gpu.capability:
+        parts.append(f"sm {gpu.capability}")
+    if gpu.sm_count:
+        parts.append(f"{gpu.sm_count} SMs")
+    if gpu.memory_bytes:
+        parts.append(f"{gpu.memory_bytes / (1 << 30):.0f} GiB")
+    elif gpu.memory_mib:
+        parts.append(f"{gpu.memory_mib / 1024:.0f} GiB")
+    if gpu.driver:
+        parts.append(f"driver {gpu.driver}")
+    return ", ".join(parts)
 
 
 def gate_report(env) -> None:
@@ -125,20 +141,8 @@ def gate_report(env) -> None:
     else:
         verdict = "[red]generation refused[/]"
     table.add_row("verdict", f"{verdict} ({env.attempts} attempt(s))")
-    gpu = env.gpu or {}
-    if gpu:
-        parts = [str(gpu.get("name", "?"))]
-        if gpu.get("capability"):
-            parts.append(f"sm {gpu['capability']}")
-        if gpu.get("sm_count"):
-            parts.append(f"{gpu['sm_count']} SMs")
-        if gpu.get("memory_bytes"):
-            parts.append(f"{gpu['memory_bytes'] / (1 << 30):.0f} GiB")
-        elif gpu.get("memory_mib"):
-            parts.append(f"{gpu['memory_mib'] / 1024:.0f} GiB")
-        if gpu.get("driver"):
-            parts.append(f"driver {gpu['driver']}")
-        table.add_row("gpu", escape(", ".join(parts)) + f" [dim]({escape(str(gpu.get('source', '')))})[/]")
+    if env.gpu is not None:
+        table.add_row("gpu", escape(_gpu_line(env.gpu)) + f" [dim]({escape(env.gpu.source)})[/]")
     else:
         table.add_row("gpu", "[red]none[/]")
     table.add_row("cuda context", "[green]yes[/]" if env.cuda_context else "[red]no[/]")
@@ -148,13 +152,13 @@ def gate_report(env) -> None:
             table.add_row(tool.name, escape(tool.path + (f"  ({tool.version})" if tool.version else "")))
         else:
             table.add_row(tool.name, "[red]not found[/] [dim](looked in: " + escape(", ".join(tool.searched)) + ")[/]")
-    probe = env.backend_probe or {}
-    table.add_row(f"backend {env.backend}", "[green]available[/]" if probe.get("available")
-                  else "[red]unavailable[/] " + escape(str(probe.get("reason", ""))))
+    probe = env.backend_probe
+    table.add_row(f"backend {env.backend}", "[green]available[/]" if probe is not None and probe.available
+                  else "[red]unavailable[/] " + escape(probe.reason if probe is not None else "(not probed)"))
     ceilings = env.ceilings
-    if ceilings:
-        rates = ", ".join(f"{name} {rate / 1e12:.1f}" for name, rate in (ceilings.get("flops_per_s") or {}).items())
-        table.add_row("ceilings", f"{ceilings.get('bandwidth_bytes_per_s', 0) / 1e12:.2f} TB/s; TFLOP/s: {rates}")
+    if ceilings is not None:
+        rates = ", ".join(f"{name} {rate / 1e12:.1f}" for name, rate in ceilings.flops_per_s.items())
+        table.add_row("ceilings", f"{ceilings.bandwidth_bytes_per_s / 1e12:.2f} TB/s; TFLOP/s: {rates}")
     else:
         table.add_row("ceilings", "[dim]not measured[/]")
     for problem in env.problems:

@@ -14,18 +14,24 @@ from kopt_core.records.bench import (
     TimingStats,
     Tolerance,
     Workload,
+    read_bench_result,
 )
 from kopt_core.records.build import Artifact, KernelResources, Toolchain
-from kopt_core.records.converter import from_data, make_converter, migrate, to_data
+from kopt_core.records.converter import from_data, make_converter, migrate, read_document, to_data
 from kopt_core.records.kernel import BufferSpec, Candidate, KernelInterface, Param
 from kopt_core.records.preflight import PreflightReport
 from kopt_core.records.profile import (
+    PROFILE_SCHEMA_VERSION,
     KernelProfile,
     MetricValue,
     NcuAttempt,
+    ProfiledKernel,
     ProfileLaunch,
     ProfileReport,
+    ProfileSummary,
     RuleFinding,
+    SassFile,
+    read_profile_summary,
 )
 
 __all__ = [
@@ -47,12 +53,16 @@ __all__ = [
     "MetricValue",
     "Mismatch",
     "NcuAttempt",
+    "PROFILE_SCHEMA_VERSION",
     "Param",
     "PreflightReport",
     "ProbeResult",
     "ProfileLaunch",
     "ProfileReport",
+    "ProfileSummary",
+    "ProfiledKernel",
     "RuleFinding",
+    "SassFile",
     "TimingStats",
     "Tolerance",
     "Toolchain",
@@ -60,5 +70,8 @@ __all__ = [
     "from_data",
     "make_converter",
     "migrate",
+    "read_bench_result",
+    "read_document",
+    "read_profile_summary",
     "to_data",
 ]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 from attrs import frozen, field
 
 from kopt_core.records.build import Artifact
+from kopt_core.records.converter import read_document
 
 BENCH_SCHEMA_VERSION = 1
 
@@ -17,7 +19,7 @@ Status = Literal["ok", "failed", "error"]
 
 @frozen
 class BenchOptions:
-    """How to check and time. Defaults follow MEASUREMENT.md."""
+    """How to check and time. The defaults are explained in docs/measurement.md."""
 
     seeds: tuple[int, ...] = field(default=(0, 1, 2), converter=tuple)
     recheck_seed: int = 1_000_003  # fresh inputs after the timed loop
@@ -174,3 +176,8 @@ class BenchResult:
     worker_seconds: float | None = None
     created_at: str = ""
     kopt_version: str = ""
+
+
+def read_bench_result(path: str | os.PathLike) -> BenchResult:
+    """A bench.json; OSError or ValueError when it cannot be read as one."""
+    return read_document(path, BenchResult, "bench")

@@ -7,10 +7,14 @@ unknown keys (a newer kopt may add fields) and goes through ``migrate`` for olde
 from __future__ import annotations
 
 import math
+import os
 from functools import lru_cache
 from typing import Any, Callable, TypeVar
 
+import attrs
 import cattrs
+
+from kopt_core.jsonio import read_json
 
 T = TypeVar("T")
 
@@ -53,3 +57,18 @@ def migrate(kind: str, data: dict, current: int) -> dict:
         version += 1
         data["schema_version"] = version
     return data
+
+
+def read_document(path: str | os.PathLike, cls: type[T], kind: str) -> T:
+    """The JSON document of ``kind`` at ``path`` as ``cls``, migrated up to ``cls``'s schema_version first.
+    Raises OSError when it cannot be read and ValueError when it is no JSON object, is newer than this kopt
+    or is not a ``cls``."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is not a JSON object")
+    current = attrs.fields_dict(cls)["schema_version"].default
+    try:
+        return from_data(migrate(kind, data, current), cls)
+    except cattrs.BaseValidationError as exc:
+        why = "; ".join(cattrs.transform_error(exc))
+        raise ValueError(f"{path} is not a {kind} document: {why}") from None

@@ -1,8 +1,15 @@
-"""What Nsight Compute measured, as kopt reads it (ncu CSV pages, normalised units)."""
+"""What Nsight Compute measured, as kopt reads it (ncu CSV pages, normalised units), and what a profile
+wrote about itself (profile.json)."""
 
 from __future__ import annotations
 
+import os
+
 from attrs import frozen, field
+
+from kopt_core.records.converter import read_document
+
+PROFILE_SCHEMA_VERSION = 1
 
 
 @frozen
@@ -69,3 +76,49 @@ class NcuAttempt:
     timed_out: bool
     seconds: float
     log: str  # path of the captured stdout/stderr
+
+
+@frozen
+class ProfiledKernel:
+    """One kernel of a profile as profile.json lists it."""
+
+    id: int
+    name: str
+    duration_ms: float | None = None
+    grid: str = ""
+    block: str = ""
+
+
+@frozen
+class SassFile:
+    """The SASS listing a profile kept beside its report (a file name in the same folder), or why none."""
+
+    file: str | None = None
+    error: str | None = None
+
+
+@frozen
+class ProfileSummary:
+    """profile.json: what one profile ran and found. A profile imported from an existing report has no
+    kernel file, harness timing, ncu attempts or SASS: those fields stay unknown (None)."""
+
+    report: str  # the .ncu-rep (or the imported CSV)
+    bundle: str  # full | light | imported
+    bundle_reason: str
+    kernels: tuple[ProfiledKernel, ...] = field(converter=tuple)
+    ncu_duration_ms: float | None
+    kernel_file: str | None = None
+    backend: str | None = None
+    dims: dict | None = None
+    attempts: tuple[NcuAttempt, ...] = field(default=(), converter=tuple)
+    harness_median_ms: float | None = None
+    harness_over_ncu: float | None = None  # harness median / ncu duration - 1
+    ncu_seconds: float | None = None
+    sass: SassFile | None = None
+    total_seconds: float | None = None
+    schema_version: int = PROFILE_SCHEMA_VERSION
+
+
+def read_profile_summary(path: str | os.PathLike) -> ProfileSummary:
+    """A profile.json; OSError or ValueError when it cannot be read as one."""
+    return read_document(path, ProfileSummary, "profile")

@@ -1,15 +1,19 @@
-"""The run's state (state.json, schema v5), its environment (env.json) and how a run stopped (stop.json).
+"""The run's state (state.json, schema v6), its environment (env.json) and how a run stopped (stop.json).
 
-Field names are the seed's. state.json is rewritten atomically by every step; a killed step leaves the
-previous state readable and can be run again.
+docs/loop.md lists the fields. state.json is rewritten atomically by every step; a killed step leaves
+the previous state readable and can be run again.
 """
 
 from __future__ import annotations
 
 from attrs import field, frozen
 
-STATE_SCHEMA_VERSION = 5
-ENV_SCHEMA_VERSION = 1
+from kopt_core.records.backend import ProbeResult
+from kopt_core.roofline.records import Ceilings, Roofline
+
+STATE_SCHEMA_VERSION = 6
+ENV_SCHEMA_VERSION = 2
+
 
 @frozen
 class ToolFound:
@@ -20,6 +24,26 @@ class ToolFound:
 
 
 @frozen
+class EnvGpu:
+    """The GPU the gate found: nvidia-smi's answer, completed by what a CUDA context on it reports."""
+
+    name: str = ""
+    capability: str = ""  # "9.0"
+    driver: str = ""
+    memory_mib: int | None = None  # nvidia-smi's total
+    index: int | None = None  # nvidia-smi's index of the first visible GPU
+    count: int | None = None  # GPUs nvidia-smi lists
+    sm_count: int | None = None
+    memory_bytes: int | None = None  # the CUDA context's total
+    free_memory_bytes: int | None = None
+    device_index: int | None = None
+    device_count: int | None = None
+    torch: str = ""
+    torch_cuda: str = ""
+    source: str = ""  # nvidia-smi | cuda context | cuda context and nvidia-smi
+
+
+@frozen
 class Env:
     """env.json: what the hardware gate found, and whether it allows generation."""
 
@@ -27,12 +51,12 @@ class Env:
     generation_allowed: bool
     diagnostic: bool = False
     attempts: int = 1
-    gpu: dict = field(factory=dict)  # name, capability, driver, memory, sm_count (from the CUDA context)
+    gpu: EnvGpu | None = None  # None: no GPU was found
     cuda_context: bool = False
     can_read_counters: bool = False
     tools: tuple[ToolFound, ...] = field(default=(), converter=tuple)
-    backend_probe: dict = field(factory=dict)  # the backend's kopt_probe answer
-    ceilings: dict | None = None  # kopt_core.roofline.records.Ceilings as data
+    backend_probe: ProbeResult | None = None  # None: the backend was not probed
+    ceilings: Ceilings | None = None  # None: not measured
     problems: tuple[str, ...] = field(default=(), converter=tuple)  # why generation is not allowed
     created_at: str = ""
     schema_version: int = ENV_SCHEMA_VERSION
@@ -49,8 +73,31 @@ class HistoryEntry:
 
 
 @frozen
+class RooflineHistoryEntry:
+    """The verdict of one profile's roofline (iteration 0 is the baseline). The whole reading, with its
+    ceilings and reasons, stays in that profile's roofline.json."""
+
+    iteration: int | None = None  # None only in entries of v4 documents, which did not number them
+    bound: str = "unknown"
+    near_peak: bool = False
+    delta_compute: float | None = None
+    delta_memory: float | None = None
+    delta_latency: float | None = None
+    axis_budget: dict[str, int] = field(factory=dict)
+    label: str = ""
+    duration_ms: float | None = None
+
+    @classmethod
+    def of(cls, iteration: int, roofline: Roofline) -> RooflineHistoryEntry:
+        return cls(iteration=iteration, bound=roofline.bound, near_peak=roofline.near_peak,
+                   delta_compute=roofline.delta_compute, delta_memory=roofline.delta_memory,
+                   delta_latency=roofline.delta_latency, axis_budget=dict(roofline.axis_budget),
+                   label=roofline.label, duration_ms=roofline.duration_ms)
+
+
+@frozen
 class State:
-    """state.json, schema v5: every field the seed names."""
+    """state.json, schema v6: every field docs/loop.md lists."""
 
     run_dir: str
     baseline_file: str
@@ -58,7 +105,7 @@ class State:
     best_file: str
     dims: dict
     backend: str
-    env: dict = field(factory=dict)
+    env: Env | None = None  # env.json as init read it
     best_metric_ms: float | None = None
     best_ncu_rep: str | None = None
     iterations_total: int = 3
@@ -72,7 +119,8 @@ class State:
     implementation_failed_methods: tuple[str, ...] = field(default=(), converter=tuple)
     unverified_methods: tuple[str, ...] = field(default=(), converter=tuple)
     history: tuple[HistoryEntry, ...] = field(default=(), converter=tuple)
-    roofline_history: tuple[dict, ...] = field(default=(), converter=tuple)
+    roofline_history: tuple[RooflineHistoryEntry, ...] = field(default=(), converter=tuple)
+    # the correct non-champion branches; nothing reads them by key yet, so they stay as the writer wrote them
     frontier: tuple[dict, ...] = field(default=(), converter=tuple)
     run_status: str = "initialized"  # initialized | seeded | running | awaiting_branches | completed | stopped
     generation_allowed: bool = False
@@ -85,7 +133,7 @@ class State:
 
 
 @frozen
-class Stop:
+class StopRecord:
     """stop.json: a stopped run says where, why, and with which exit code."""
 
     stage: str  # gate | preflight | seed | iter_open | ...

@@ -1,4 +1,4 @@
-"""``kopt init``: the seed's Step 1. Check everything that needs no GPU, then create the run folder.
+"""``kopt init``: step 1 of a run. Check everything that needs no GPU, then create the run folder.
 
 Order: the static contract (backend, reference, preflight), env.json, the options; only then the folder.
 A ConfigError before the folder exists leaves nothing behind; a failure while creating it removes the
@@ -13,7 +13,6 @@ from datetime import datetime
 from pathlib import Path
 
 from kopt_core.errors import ConfigError
-from kopt_core.records.converter import to_data
 from kopt_core.records.state import State
 from kopt_core.run.layout import baseline_dir, new_run_dir
 from kopt_core.run.store import RunStore, read_env
@@ -93,7 +92,7 @@ def init_run(
             best_file=str(copy),
             dims=dict(dims),
             backend=info.name,
-            env=to_data(env),
+            env=env,
             iterations_total=iterations,
             ncu_num=ncu_num,
             branches=branches,

@@ -10,10 +10,9 @@ from pathlib import Path
 
 from kopt_core.errors import ConfigError, HardwareError, KoptError
 from kopt_core.hardware import detect_gpus
-from kopt_core.jsonio import read_json
 from kopt_core.ncu.runner import find_ncu
-from kopt_core.records import to_data
-from kopt_core.records.state import State
+from kopt_core.records import read_bench_result, read_profile_summary
+from kopt_core.records.state import RooflineHistoryEntry, State
 from kopt_core.run.layout import baseline_dir, iteration_dir, publish, staging_dir
 from kopt_core.run.seed import ceilings_of, profile_problem, stop_on_failure
 from kopt_core.run.store import RunStore
@@ -35,7 +34,29 @@ def _first_bundle(state: State) -> str | None:
     """The metric bundle of the run's first profile: every later profile uses the same one, so that
     baseline and champion numbers stay comparable."""
     summary = baseline_dir(state.run_dir) / "profile.json"
-    return read_json(summary).get("bundle") if summary.is_file() else None
+    return read_profile_summary(summary).bundle if summary.is_file() else None
+
+
+def _capability(state: State) -> str:
+    gpu = state.env.gpu if state.env is not None else None
+    if gpu is None or not gpu.capability:
+        raise ConfigError("env.json records no GPU capability: run kopt gate again")
+    return gpu.capability
+
+
+def _ineffective(state: State) -> dict[str, str | None]:
+    """Each ineffective method with the bound of the profile it was selected on."""
+    bounds = {entry.iteration: entry.bound for entry in state.roofline_history}
+    return {m: bounds.get(h.iteration) for h in state.history for m in h.methods
+            if m in state.ineffective_methods}
+
+
+def _input_dtypes(state: State) -> tuple[str, ...]:
+    """The dtypes of the baseline's input buffers (baseline/bench.json)."""
+    bench = baseline_dir(state.run_dir) / "bench.json"
+    if not bench.is_file():
+        return ()
+    return tuple(b.dtype for b in read_bench_result(bench).buffers if b.role != "output")
 
 
 def open_iteration(pm, store: RunStore, iteration: int) -> Path:
@@ -67,7 +88,7 @@ def open_iteration(pm, store: RunStore, iteration: int) -> Path:
         publish(staging, final)
         store.update(
             run_status="running",
-            roofline_history=(*state.roofline_history, {"iteration": iteration, **to_data(outcome.roofline)}),
+            roofline_history=(*state.roofline_history, RooflineHistoryEntry.of(iteration, outcome.roofline)),
         )
         render_summary(store)
         return final
@@ -100,7 +121,7 @@ def profile_in_run(pm, store: RunStore, iteration: int, which: str) -> Path:
                                        prefix="" if which == "best_input" else f"{which}_")
         except KoptError as error:
             stop_on_failure(store, f"profile_{which}", error, iteration=iteration)
-        return Path(outcome.summary["report"])
+        return Path(outcome.summary.report)
 
 
 def select_in_run(pm, store: RunStore, iteration: int, *, acknowledged: tuple[str, ...] = ()) -> Path:
@@ -117,21 +138,13 @@ def select_in_run(pm, store: RunStore, iteration: int, *, acknowledged: tuple[st
         if not folder.is_dir():
             raise ConfigError(f"{folder} does not exist: open the iteration first (kopt iter open)")
         roofline, ncu_top = read_evidence(folder / "roofline.json", folder / "ncu_top.json")
-        capability = (state.env.get("gpu") or {}).get("capability")
-        if not capability:
-            raise ConfigError("env.json records no GPU capability: run kopt gate again")
-        bounds = {entry["iteration"]: entry.get("bound") for entry in state.roofline_history}
-        ineffective = {m: bounds.get(h.iteration) for h in state.history for m in h.methods
-                       if m in state.ineffective_methods}
-        bench = baseline_dir(state.run_dir) / "bench.json"
-        dtypes = tuple(b["dtype"] for b in read_json(bench).get("buffers", []) if b["role"] != "output") \
-            if bench.is_file() else ()
+        arch = arch_for_capability(_capability(state))
         mnemonics, traits = read_traits(profile_dir=folder)
         selection = select_from_evidence(
-            roofline, ncu_top, arch=arch_for_capability(str(capability)), backend=state.backend,
+            roofline, ncu_top, arch=arch, backend=state.backend,
             iteration=iteration, numerics_mode=state.numerics_mode, selected_before=state.selected_methods,
-            ineffective=ineffective, implementation_failed=state.implementation_failed_methods,
-            acknowledged=acknowledged, dtypes=dtypes, sass_mnemonics=mnemonics,
+            ineffective=_ineffective(state), implementation_failed=state.implementation_failed_methods,
+            acknowledged=acknowledged, dtypes=_input_dtypes(state), sass_mnemonics=mnemonics,
         )
         notes = [traits]
         return write_selection(folder, selection, render_analysis(selection, roofline, ncu_top, state.best_file,

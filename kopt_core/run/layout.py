@@ -1,4 +1,4 @@
-"""Where things live in a run folder (the seed's output contract), and how an iteration is published.
+"""Where things live in a run folder (docs/loop.md, "Output layout"), and how an iteration is published.
 
 An iteration is built in ``.staging_iterv{i}`` and becomes ``iterv{i}`` by one rename, only after its
 pre-generation gates passed: a reader never sees half an iteration.

@@ -11,7 +11,8 @@ from pathlib import Path
 from kopt_core.errors import EXIT_CONFIG, EXIT_HARDWARE, ConfigError, HardwareError, KoptError, ValidationError
 from kopt_core.jsonio import write_json
 from kopt_core.records import BenchOptions, to_data
-from kopt_core.records.state import State
+from kopt_core.records.state import RooflineHistoryEntry, State
+from kopt_core.roofline.records import Ceilings
 from kopt_core.run.layout import baseline_dir
 from kopt_core.run.store import RunStore
 from kopt_core.run.summary import render_summary
@@ -20,19 +21,15 @@ from kopt_core.steps.profile import load_ceilings, profile_prepared
 
 
 def stop_on_failure(store: RunStore, stage: str, error: KoptError, iteration: int | None = None) -> None:
-    """Record a failed step the seed's way (stop.json, run_status=stopped, summary.md) and re-raise."""
+    """Stop the run as docs/loop.md says (stop.json, run_status=stopped, summary.md) and re-raise."""
     store.write_stop(stage, str(error), error.exit_code, iteration=iteration)
     raise error
 
 
-def ceilings_of(state: State):
-    """The ceilings the gate measured (env.json), else MEASUREMENT.md's."""
-    measured = (state.env or {}).get("ceilings")
-    if measured:
-        from kopt_core.records import from_data
-        from kopt_core.roofline.records import Ceilings
-
-        return from_data(measured, Ceilings)
+def ceilings_of(state: State) -> Ceilings:
+    """The ceilings the gate measured (env.json), else the built-in H200 figures (docs/measurement.md)."""
+    if state.env is not None and state.env.ceilings is not None:
+        return state.env.ceilings
     return load_ceilings(None)
 
 
@@ -44,8 +41,8 @@ def profile_problem(outcome) -> str | None:
         return "the report has no kernel"
     if not any(m.value is not None for m in report.aggregate.metrics.values()):
         return "the report has no parsed metric"
-    for attempt in outcome.summary.get("attempts", [])[-1:]:
-        log = Path(attempt["log"])
+    for attempt in outcome.summary.attempts[-1:]:
+        log = Path(attempt.log)
         if log.is_file() and "==ERROR==" in log.read_text(errors="replace"):
             return f"ncu reported errors (see {log})"
     return None
@@ -81,9 +78,9 @@ def seed_baseline(pm, store: RunStore, *, options: BenchOptions | None = None) -
             stop_on_failure(store, "seed", error)
         state = store.update(
             best_metric_ms=bench.kernel_timing.median_ms,
-            best_ncu_rep=outcome.summary["report"],
+            best_ncu_rep=outcome.summary.report,
             run_status="seeded",
-            roofline_history=(*state.roofline_history, {"iteration": 0, **to_data(outcome.roofline)}),
+            roofline_history=(*state.roofline_history, RooflineHistoryEntry.of(0, outcome.roofline)),
         )
         render_summary(store)
         return state

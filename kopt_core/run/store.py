@@ -22,7 +22,7 @@ import attrs
 from kopt_core.errors import ConfigError
 from kopt_core.jsonio import dumps, read_json, write_json, write_text_atomic
 from kopt_core.records.converter import MIGRATIONS, from_data, migrate, to_data
-from kopt_core.records.state import ENV_SCHEMA_VERSION, STATE_SCHEMA_VERSION, Env, State, Stop
+from kopt_core.records.state import ENV_SCHEMA_VERSION, STATE_SCHEMA_VERSION, Env, State, StopRecord
 
 STATE_FILE = "state.json"
 STOP_FILE = "stop.json"
@@ -30,7 +30,7 @@ ENV_FILE = "env.json"
 LOCK_FILE = ".kopt.lock"
 SUMMARY_FILE = "summary.md"
 
-# The fields schema v5 added to state.json (the seed: "Schema v5 also records ...").
+# The fields schema v5 added to state.json (docs/loop.md lists every field).
 V5_FIELDS = ("run_status", "generation_allowed", "stop_reason", "stop_stage", "hardware_attempts",
              "verified_iterations", "last_verified_iter")
 
@@ -48,8 +48,8 @@ def now_iso() -> str:
 # ----------------------------------------------------------------------------------------------- migrations
 
 def _backend_from_v4(data: dict) -> str:
-    """v4 (the seed's example state) has no top-level backend: the gate's env.json names it; else the
-    baseline's suffix does (the seed: .cu is CUDA/CUTLASS, .py is Triton)."""
+    """v4 (the shape before v5) has no top-level backend: the gate's env.json names it; else the
+    baseline's suffix does (.cu is CUDA/CUTLASS, .py is Triton)."""
     env = data.get("env") if isinstance(data.get("env"), dict) else {}
     if env.get("backend"):
         return str(env["backend"])
@@ -95,16 +95,47 @@ def state_v4_to_v5(data: dict) -> dict:
     return data
 
 
-# No v3 -> v4 migration: the seed documents no v3 state.json, so no field mapping can be justified.
-MIGRATIONS.setdefault("state", {})[4] = state_v4_to_v5
+def state_v5_to_v6(data: dict) -> dict:
+    """v5 -> v6: ``env`` is env.json's record, or null where v5 wrote {}. An env copied by a v4 kopt may
+    lack backend and generation_allowed: they are the state's own, which v5 derived from it.
+    roofline_history keeps its keys; a v6 entry holds only the verdict, so a v5 entry's other keys (the
+    reasons, the ceilings) are dropped on the next save: they stay in each profile's roofline.json."""
+    env = data.get("env")
+    if isinstance(env, dict) and env:
+        data["env"] = {"backend": data["backend"], "generation_allowed": data["generation_allowed"], **env}
+    else:
+        data["env"] = None
+    return data
+
+
+def env_v1_to_v2(data: dict) -> dict:
+    """v1 -> v2: gpu, backend_probe and ceilings are records, null when there is none (v1 wrote {})."""
+    for key in ("gpu", "backend_probe", "ceilings"):
+        data[key] = data.get(key) or None
+    return data
+
+
+# No v3 -> v4 migration: no v3 state.json was ever documented, so no field mapping can be justified.
+MIGRATIONS.setdefault("state", {}).update({4: state_v4_to_v5, 5: state_v5_to_v6})
+MIGRATIONS.setdefault("env", {})[1] = env_v1_to_v2
 
 
 def _state_version(data: dict) -> int:
-    """The document's schema_version. The seed's example state.json carries none: without one, a document
-    that has every v5 field is v5, otherwise it is the seed's pre-v5 (v4) shape."""
+    """The document's schema_version. A v4 state.json carries none: without one, a document that has
+    every v5 field is v5, otherwise it is the pre-v5 (v4) shape."""
     if "schema_version" in data:
         return int(data["schema_version"])
-    return STATE_SCHEMA_VERSION if all(k in data for k in V5_FIELDS) else 4
+    return 5 if all(k in data for k in V5_FIELDS) else 4
+
+
+def _current_state(data: dict) -> dict:
+    """A state.json's data at STATE_SCHEMA_VERSION, its copy of env.json at ENV_SCHEMA_VERSION: the copy
+    carries its own schema_version, so a newer env.json shape needs no state migration."""
+    data["schema_version"] = _state_version(data)
+    data = migrate("state", data, STATE_SCHEMA_VERSION)
+    if data.get("env") is not None:
+        data["env"] = migrate("env", data["env"], ENV_SCHEMA_VERSION)
+    return data
 
 
 # ------------------------------------------------------------------------------------------------- env.json
@@ -116,9 +147,7 @@ def read_record(path: Path, kind: str, version: int, cls, *, what: str, hint: st
         data = read_json(path)
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
-        if kind == "state":
-            data["schema_version"] = _state_version(data)
-        return from_data(migrate(kind, data, version), cls)
+        return from_data(_current_state(data) if kind == "state" else migrate(kind, data, version), cls)
     except Exception as exc:
         raise ConfigError(f"{what} is unreadable: {type(exc).__name__}: {exc}", hint=hint) from None
 
@@ -183,17 +212,18 @@ class RunStore:
         return write_text_atomic(self.env_path, Path(source).read_text(encoding="utf-8"))
 
     # stop.json
-    def load_stop(self) -> Stop | None:
+    def load_stop(self) -> StopRecord | None:
         if not self.stop_path.is_file():
             return None
-        return read_record(self.stop_path, "stop", 1, Stop, what=str(self.stop_path))
+        return read_record(self.stop_path, "stop", 1, StopRecord, what=str(self.stop_path))
 
-    def write_stop(self, stage: str, reason: str, exit_code: int, iteration: int | None = None) -> Stop:
+    def write_stop(self, stage: str, reason: str, exit_code: int, iteration: int | None = None) -> StopRecord:
         """Stop the run: stop.json first (a stopped state always has its stop.json), then state.json
         (run_status "stopped", stop_reason, stop_stage), each atomically; then the stopped summary.md."""
         from kopt_core.run.summary import render_summary
 
-        stop = Stop(stage=stage, reason=reason, exit_code=int(exit_code), iteration=iteration, created_at=now_iso())
+        stop = StopRecord(stage=stage, reason=reason, exit_code=int(exit_code), iteration=iteration,
+                          created_at=now_iso())
         write_json(self.stop_path, to_data(stop))
         self.update(run_status="stopped", stop_reason=reason, stop_stage=stage)
         render_summary(self)

@@ -1,21 +1,22 @@
-"""summary.md: what a run did, in plain Markdown (the seed's Step 4 and every stopped run)."""
+"""summary.md: what a run did, in plain Markdown (step 4 of a run, and every stopped run)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
-from kopt_core.jsonio import read_json, write_text_atomic
+from kopt_core.jsonio import write_text_atomic
+from kopt_core.records import read_bench_result
 from kopt_core.run.layout import baseline_dir
 
 
 def baseline_ms(run_dir: str | Path) -> float | None:
     """The baseline's median kernel time from baseline/bench.json, or None before the baseline was seeded."""
-    path = baseline_dir(run_dir) / "bench.json"
     try:
-        value = read_json(path)["kernel_timing"]["median_ms"]
-    except (OSError, ValueError, KeyError, TypeError):
+        timing = read_bench_result(baseline_dir(run_dir) / "bench.json").kernel_timing
+    except (OSError, ValueError):
         return None
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return timing.median_ms if timing is not None and math.isfinite(timing.median_ms) else None
 
 
 def fmt_ms(value: float | None) -> str:

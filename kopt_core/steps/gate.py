@@ -1,4 +1,4 @@
-"""``kopt gate``: the seed's Step 0, the strict hardware gate, written to env.json.
+"""``kopt gate``: step 0 of a run (docs/loop.md), the strict hardware gate, written to env.json.
 
 No evidence, no generation. The gate authorises generation only when every required check passed:
 
@@ -33,11 +33,12 @@ from attrs import field, frozen
 from kopt_core.backends import BackendRegistry
 from kopt_core.errors import ConfigError, HardwareError
 from kopt_core.hardware import detect_gpus
-from kopt_core.jsonio import read_json, write_json
+from kopt_core.jsonio import write_json
 from kopt_core.ncu.parse import parse_raw_csv
 from kopt_core.process import run_in_group
-from kopt_core.records import ProbeResult, to_data
-from kopt_core.records.state import Env, ToolFound
+from kopt_core.records import ProbeResult, from_data, read_document, to_data
+from kopt_core.records.state import Env, EnvGpu, ToolFound
+from kopt_core.roofline.records import Ceilings
 from kopt_core.tools import find_tool, tool_folders
 
 MAX_ATTEMPTS = 3
@@ -178,7 +179,7 @@ def cuda_context(timeout_s: float = CONTEXT_TIMEOUT_S) -> tuple[dict | None, str
     return None, f"CUDA context could not be created: {why}"
 
 
-def _gpu_data(gpus: list, context: dict | None) -> dict:
+def _gpu_data(gpus: list, context: dict | None) -> EnvGpu | None:
     data: dict = {}
     if gpus:
         first = gpus[0]
@@ -187,7 +188,7 @@ def _gpu_data(gpus: list, context: dict | None) -> dict:
     if context:
         data.update(context)
         data["source"] = "cuda context" + (" and nvidia-smi" if gpus else "")
-    return data
+    return from_data(data, EnvGpu) if data else None
 
 
 # ---------------------------------------------------------------------------------------------- counters
@@ -226,8 +227,8 @@ def check_counters(ncu: str, timeout_s: float = COUNTERS_TIMEOUT_S) -> tuple[dic
 # ---------------------------------------------------------------------------------------------- ceilings
 
 
-def measure_device_ceilings(timeout_s: float = CEILINGS_TIMEOUT_S) -> tuple[dict | None, str]:
-    """``python -m kopt_core.roofline.ceilings`` in a subprocess: (Ceilings as data, "") or (None, why)."""
+def measure_device_ceilings(timeout_s: float = CEILINGS_TIMEOUT_S) -> tuple[Ceilings | None, str]:
+    """``python -m kopt_core.roofline.ceilings`` in a subprocess: (Ceilings, "") or (None, why)."""
     with tempfile.TemporaryDirectory(prefix="kopt_gate_") as folder:
         path = Path(folder) / "ceilings.json"
         ran = run_in_group([sys.executable, "-m", "kopt_core.roofline.ceilings", str(path)], timeout_s=timeout_s)
@@ -238,12 +239,9 @@ def measure_device_ceilings(timeout_s: float = CEILINGS_TIMEOUT_S) -> tuple[dict
         if ran.returncode != 0 or not path.is_file():
             return None, f"device ceilings could not be measured (exit {ran.returncode}): {ran.tail()}"
         try:
-            data = read_json(path)
+            return read_document(path, Ceilings, "ceilings"), ""
         except (OSError, ValueError) as exc:
             return None, f"device ceilings could not be read back: {exc}"
-    if not isinstance(data, dict):
-        return None, "device ceilings could not be read back: not a JSON object"
-    return data, ""
 
 
 # --------------------------------------------------------------------------------------------- discovery
@@ -277,7 +275,7 @@ def discover(pm, registry: BackendRegistry, backend: str, versions: dict[str, st
         "gpus": [{"index": g.index, "name": g.name, "capability": g.capability} for g in gpus],
         "cuda_context": context is not None,
     }
-    probe = registry.probe(pm, backend, findings)
+    probe = registry.probe(backend, findings)
     tools = find_tools(backend, probe, versions)
     required = registry.get(backend).required_tools
     for tool in tools:
@@ -355,7 +353,7 @@ def run_gate(
         cuda_context=found.context is not None,
         can_read_counters=bool(counters),
         tools=found.tools,
-        backend_probe=to_data(found.probe),
+        backend_probe=found.probe,
         ceilings=ceilings,
         problems=problems,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),

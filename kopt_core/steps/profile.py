@@ -6,7 +6,7 @@ registry, and write what an engineer or the method selection reads next:
     <out>/<name>.ncu-rep     the report (kept for `ncu-ui`)
     <out>/<name>.raw.csv     ncu --import --csv --page raw   (and .details.csv: ncu's own rule findings)
     <out>/ncu_top.json       the top ncu_num metrics per axis, with the bundle and why
-    <out>/roofline.json      the seed's deltas, bound, near_peak and axis budget
+    <out>/roofline.json      the gaps (deltas), bound, near_peak and axis budget (docs/loop.md)
     <out>/roofline.png       the kernel on the roofline (or the gaps, without a workload model)
     <out>/profile.json       attempts, kernels, ncu's time against kopt's, the SASS file, what this cost
     <out>/<name>.sass        the kernel's SASS (the backend's kopt_disassemble), for traits and checks
@@ -31,14 +31,24 @@ from kopt_core.ncu import runner
 from kopt_core.ncu.metrics import load_registry, resolve
 from kopt_core.ncu.parse import attach_findings, parse_details_csv, parse_raw_csv
 from kopt_core.reference import ReferenceModule, load_reference
-from kopt_core.records import BenchOptions, BenchRequest, BenchResult, ProfileLaunch, ProfileReport, from_data, to_data
+from kopt_core.records import (
+    BenchOptions,
+    BenchRequest,
+    BenchResult,
+    ProfiledKernel,
+    ProfileReport,
+    ProfileSummary,
+    SassFile,
+    from_data,
+    to_data,
+)
 from kopt_core.roofline.ceilings import DEFAULT_CEILINGS
 from kopt_core.roofline.gaps import build_ncu_top, compute_roofline, metric_values
 from kopt_core.roofline.plot import plot_roofline
 from kopt_core.roofline.records import Ceilings, NcuTop, Roofline
+from kopt_core.backends import backend_hooks
 from kopt_core.steps.bench import Prepared, prepare, run_bench
 
-PROFILE_SCHEMA_VERSION = 1
 # Before profiling, a short check and timing: no evidence is gathered on a kernel that fails, and the
 # median picks the metric bundle.
 QUICK = BenchOptions(seeds=(0, 1), budget_s=0.5, time_reference=False)
@@ -50,7 +60,7 @@ class ProfileOutcome:
     report: ProfileReport
     ncu_top: NcuTop
     roofline: Roofline
-    summary: dict
+    summary: ProfileSummary
 
 
 def load_ceilings(path: str | Path | None) -> Ceilings:
@@ -134,19 +144,22 @@ def _read_report(report_path: Path, out_dir: Path, name: str) -> ProfileReport:
     return attach_findings(parsed, parse_details_csv(details))
 
 
-def keep_disassembly(pm, artifact, path: Path) -> dict:
+def kernel_rows(report: ProfileReport) -> tuple[ProfiledKernel, ...]:
+    return tuple(ProfiledKernel(id=k.id, name=k.name, duration_ms=k.duration_ms, grid=k.grid, block=k.block)
+                 for k in report.kernels)
+
+
+def keep_disassembly(pm, artifact, path: Path) -> SassFile:
     """Write the artifact's SASS (the backend's ``kopt_disassemble``) to ``path``, for kernel traits and
     SASS verification later. Returns what profile.json records: the file, or why there is none."""
     from kopt_core.sass import SassToolError
 
     try:
-        text = pm.hook.kopt_disassemble(artifact=artifact)
+        text = backend_hooks(pm, artifact.backend).disassemble(artifact)
     except SassToolError as error:
-        return {"file": None, "error": str(error)}
-    if not text or not text.strip():
-        return {"file": None, "error": f"the {artifact.backend} backend gave no SASS listing"}
+        return SassFile(error=str(error))
     write_text_atomic(path, text)
-    return {"file": path.name, "error": None}
+    return SassFile(file=path.name)
 
 
 def profile_prepared(
@@ -163,8 +176,8 @@ def profile_prepared(
     bench: BenchResult | None = None,
     prefix: str = "",
 ) -> ProfileOutcome:
-    """Profile a prepared kernel. ``bench`` is a BenchResult of it, if one was just measured (the seed
-    step has one); otherwise a short check and timing runs first."""
+    """Profile a prepared kernel. ``bench`` is a BenchResult of it, if one was just measured (``kopt seed``
+    has one); otherwise a short check and timing runs first."""
     out_dir = Path(out_dir)
     started = time.perf_counter()
     bench = bench or run_bench(pm, prepared, QUICK)
@@ -173,7 +186,7 @@ def profile_prepared(
     harness_ms = bench.kernel_timing.median_ms
     request = BenchRequest(artifact=prepared.artifact, reference=prepared.reference_path, dims=prepared.dims,
                            options=QUICK)
-    launch = pm.hook.kopt_profile(artifact=prepared.artifact, request=request) or ProfileLaunch()
+    launch = backend_hooks(pm, prepared.backend.name).profile(prepared.artifact, request)
     request_path = out_dir / f"{name}.request.json"
     write_json(request_path, to_data(request))
     target = [sys.executable, "-m", "kopt_core.ncu.target", str(request_path)]
@@ -190,25 +203,14 @@ def profile_prepared(
     )
     ncu_ms = report.aggregate.duration_ms
     sass = keep_disassembly(pm, prepared.artifact, out_dir / f"{name}.sass")
-    summary = {
-        "schema_version": PROFILE_SCHEMA_VERSION,
-        "kernel_file": prepared.candidate.path,
-        "backend": prepared.backend.name,
-        "dims": prepared.dims,
-        "report": str(report_path),
-        "bundle": bundle,
-        "bundle_reason": reason,
-        "attempts": [to_data(a) for a in attempts],
-        "kernels": [{"id": k.id, "name": k.name, "duration_ms": k.duration_ms, "grid": k.grid, "block": k.block}
-                    for k in report.kernels],
-        "ncu_duration_ms": ncu_ms,
-        "harness_median_ms": harness_ms,
-        "harness_over_ncu": (harness_ms / ncu_ms - 1) if ncu_ms else None,
-        "ncu_seconds": sum(a.seconds for a in attempts),
-        "sass": sass,
-        "total_seconds": time.perf_counter() - started,
-    }
-    write_json(out_dir / f"{prefix}profile.json", summary)
+    summary = ProfileSummary(
+        report=str(report_path), bundle=bundle, bundle_reason=reason, kernels=kernel_rows(report),
+        ncu_duration_ms=ncu_ms, kernel_file=prepared.candidate.path, backend=prepared.backend.name,
+        dims=prepared.dims, attempts=attempts, harness_median_ms=harness_ms,
+        harness_over_ncu=(harness_ms / ncu_ms - 1) if ncu_ms else None,
+        ncu_seconds=sum(a.seconds for a in attempts), sass=sass, total_seconds=time.perf_counter() - started,
+    )
+    write_json(out_dir / f"{prefix}profile.json", to_data(summary))
     return ProfileOutcome(out_dir=out_dir, report=report, ncu_top=ncu_top, roofline=roofline, summary=summary)
 
 
@@ -237,12 +239,9 @@ def import_profile(
     reason = f"imported from {path.name}"
     ncu_top, roofline = analyse(report, out_dir, ncu_num=ncu_num, bundle=bundle, bundle_reason=reason,
                                 workload=workload, ceilings=ceilings, peak_dtype=peak_dtype)
-    summary = {
-        "schema_version": PROFILE_SCHEMA_VERSION, "report": str(path), "bundle": bundle, "bundle_reason": reason,
-        "kernels": [{"id": k.id, "name": k.name, "duration_ms": k.duration_ms} for k in report.kernels],
-        "ncu_duration_ms": report.aggregate.duration_ms,
-    }
-    write_json(out_dir / "profile.json", summary)
+    summary = ProfileSummary(report=str(path), bundle=bundle, bundle_reason=reason,
+                             kernels=kernel_rows(report), ncu_duration_ms=report.aggregate.duration_ms)
+    write_json(out_dir / "profile.json", to_data(summary))
     return ProfileOutcome(out_dir=out_dir, report=report, ncu_top=ncu_top, roofline=roofline, summary=summary)
 
 

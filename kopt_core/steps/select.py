@@ -9,7 +9,8 @@ from kopt_core.errors import ConfigError
 from kopt_core.jsonio import read_json, write_json, write_text_atomic
 from kopt_core.knowledge.evidence import floor_share, roofline_evidence
 from kopt_core.knowledge.methods import load_methods
-from kopt_core.knowledge.select import Selection, select_methods
+from kopt_core.knowledge.select import (ProfileEvidence, Selection, SelectionContext, kernel_tags,
+                                        select_methods)
 from kopt_core.records import from_data, to_data
 from kopt_core.refdata import packaged_text
 from kopt_core.roofline.records import NcuTop, Roofline
@@ -27,11 +28,14 @@ def read_evidence(roofline_path: str | Path, ncu_top_path: str | Path) -> tuple[
     return roofline, ncu_top
 
 
-def select_from_evidence(roofline: Roofline, ncu_top: NcuTop, **context) -> Selection:
-    values = {**ncu_top.values, **roofline_evidence(roofline, ncu_top.values)}
-    return select_methods(load_methods(), budget=dict(roofline.axis_budget), values=values,
-                          bound=roofline.bound, floor_share=floor_share(roofline), kernels=ncu_top.kernels,
-                          **context)
+def select_from_evidence(roofline: Roofline, ncu_top: NcuTop, *, sass_mnemonics: list[str] | None = None,
+                         **context) -> Selection:
+    """The scan on one profile; ``context`` holds the other fields of a ``SelectionContext``."""
+    evidence = ProfileEvidence(budget=dict(roofline.axis_budget), bound=roofline.bound,
+                               values={**ncu_top.values, **roofline_evidence(roofline, ncu_top.values)},
+                               floor_share=floor_share(roofline),
+                               tags=kernel_tags(sass_mnemonics, kernels=ncu_top.kernels))
+    return select_methods(load_methods(), SelectionContext(evidence=evidence, **context))
 
 
 def _lines(rows: list[str]) -> str:
@@ -72,15 +76,16 @@ def read_traits(sass_path: str | Path | None = None, *, profile_dir: str | Path 
     """The kernel's SASS mnemonics (for kernel_has / kernel_lacks skip conditions) and a note saying
     where they came from: ``sass_path`` when given, else the listing the profile in ``profile_dir`` kept
     (its profile.json names it). None when there is none: those skip conditions are then not applied."""
+    from kopt_core.records import read_profile_summary
     from kopt_core.sass import parse_sass
 
     if sass_path is None and profile_dir is not None:
         summary = Path(profile_dir) / "profile.json"
-        info = (read_json(summary).get("sass") or {}) if summary.is_file() else {}
-        if not info.get("file"):
-            why = info.get("error") or f"{summary} names no SASS listing"
+        kept = read_profile_summary(summary).sass if summary.is_file() else None
+        if kept is None or not kept.file:
+            why = (kept and kept.error) or f"{summary} names no SASS listing"
             return None, f"kernel traits not read ({why}): kernel_has / kernel_lacks skips not applied"
-        sass_path = Path(profile_dir) / info["file"]
+        sass_path = Path(profile_dir) / kept.file
     if sass_path is None:
         return None, "kernel traits not read (no SASS given): kernel_has / kernel_lacks skips not applied"
     try:

@@ -13,7 +13,7 @@ import kopt_example_backend
 from kopt_core.jsonio import write_json
 from kopt_core.knowledge.methods import load_methods
 from kopt_core.records.converter import to_data
-from kopt_core.records.state import Env
+from kopt_core.records.state import Env, EnvGpu
 from kopt_core.run.init import init_run
 from kopt_core.run.iteration import select_in_run
 from kopt_core.steps.profile import import_profile
@@ -78,7 +78,7 @@ def run_with_the_naive_profile(make_pm, tmp_path):
     for name in ("saxpy.py", "saxpy_ref.py"):
         shutil.copy(KERNELS / name, tmp_path / name)
     write_json(tmp_path / "env.json", to_data(Env(backend="pytorch", generation_allowed=True,
-                                                   gpu={"capability": "9.0"})))
+                                                   gpu=EnvGpu(capability="9.0"))))
     store = init_run(pm, baseline=tmp_path / "saxpy.py", ref=tmp_path / "saxpy_ref.py", dims={"N": 4096},
                      env_path=tmp_path / "env.json")
     folder = store.run_dir / "iterv1"

@@ -15,10 +15,10 @@ from kopt_core.cli import cli
 from kopt_core.errors import EXIT_CONFIG, EXIT_INVALID_KERNEL, ConfigError
 from kopt_core.jsonio import write_json
 from kopt_core.records.converter import to_data
-from kopt_core.records.state import Env, State
+from kopt_core.records.state import STATE_SCHEMA_VERSION, Env, State
 from kopt_core.run.init import init_run
 from kopt_core.run.status import run_status
-from kopt_core.run.store import RunStore
+from kopt_core.run.store import RunStore, read_env
 
 KERNELS = Path(__file__).resolve().parents[2] / "examples" / "kopt_example_backend" / "kernels"
 
@@ -59,8 +59,8 @@ def test_init_creates_only_baseline_env_and_state(pm, work):
 
     data = json.loads(store.state_path.read_text())
     expected = set(attrs.fields_dict(State))
-    assert set(data) == expected  # every schema v5 field, nothing else
-    assert data["schema_version"] == 5
+    assert set(data) == expected  # every schema field, nothing else
+    assert data["schema_version"] == STATE_SCHEMA_VERSION
     state = store.load()
     assert state.run_dir == str(store.run_dir)
     assert state.best_file == str(store.run_dir / "baseline" / "saxpy.py")
@@ -73,7 +73,7 @@ def test_init_creates_only_baseline_env_and_state(pm, work):
     assert state.generation_allowed is True and state.hardware_attempts == 2
     assert (state.verified_iterations, state.last_verified_iter, state.stop_reason, state.stop_stage) == (
         0, None, None, None)
-    assert state.env["backend"] == "pytorch" and state.history == ()
+    assert state.env == read_env(work / "env.json") and state.history == ()
     assert not list(store.run_dir.glob("iterv*"))
 
 

@@ -1,4 +1,4 @@
-"""RunStore: state.json round trip, v4 -> v5 migration, atomic saves under SIGKILL, the run lock, stop.json."""
+"""RunStore: state.json round trip, migrations from v4, atomic saves under SIGKILL, the run lock, stop.json."""
 
 from __future__ import annotations
 
@@ -17,7 +17,14 @@ import pytest
 from kopt_core.errors import EXIT_CONFIG, EXIT_HARDWARE, ConfigError
 from kopt_core.jsonio import write_json
 from kopt_core.records.converter import to_data
-from kopt_core.records.state import STATE_SCHEMA_VERSION, HistoryEntry, State
+from kopt_core.records.state import (
+    ENV_SCHEMA_VERSION,
+    STATE_SCHEMA_VERSION,
+    Env,
+    HistoryEntry,
+    RooflineHistoryEntry,
+    State,
+)
 from kopt_core.run.layout import iteration_dir, new_run_dir, publish, staging_dir
 from kopt_core.run.status import run_status
 from kopt_core.run.store import V5_FIELDS, RunLocked, RunStore
@@ -26,7 +33,7 @@ from kopt_core.run.store import V5_FIELDS, RunLocked, RunStore
 def make_state(run_dir: Path, **changes) -> State:
     state = State(run_dir=str(run_dir), baseline_file=str(run_dir / "baseline" / "k.cu"), ref_file="/x/ref.py",
                   best_file=str(run_dir / "baseline" / "k.cu"), dims={"M": 64, "N": 32}, backend="cuda",
-                  env={"backend": "cuda", "generation_allowed": True}, generation_allowed=True)
+                  env=Env(backend="cuda", generation_allowed=True), generation_allowed=True)
     return attrs.evolve(state, **changes)
 
 
@@ -35,7 +42,8 @@ def test_state_round_trip(tmp_path):
     state = make_state(tmp_path, best_metric_ms=1.25, selected_methods=("a", "b"), run_status="running",
                        history=(HistoryEntry(iteration=1, kernel="iterv1/kernel.cu", best_ms=1.25, methods=("a",),
                                              verified=True, note="n"),),
-                       roofline_history=({"delta_compute": 0.5},), verified_iterations=1, last_verified_iter=1)
+                       roofline_history=(RooflineHistoryEntry(iteration=0, bound="memory", delta_compute=0.5),),
+                       verified_iterations=1, last_verified_iter=1)
     store.save(state)
     data = json.loads((tmp_path / "state.json").read_text())
     assert data["schema_version"] == STATE_SCHEMA_VERSION
@@ -53,7 +61,7 @@ def test_unknown_keys_are_tolerated(tmp_path):
 
 
 def seed_v4_document(run_dir: Path) -> dict:
-    """The seed's Step 1 example state.json (schema v4), after two iterations: the first verified."""
+    """A schema v4 state.json (the shape before v5), after two iterations: the first verified."""
     return {
         "run_dir": str(run_dir),
         "baseline_file": str(run_dir / "baseline" / "gemm.cu"),
@@ -82,10 +90,10 @@ def seed_v4_document(run_dir: Path) -> dict:
     }
 
 
-def test_v4_migrates_to_v5(tmp_path):
+def test_v4_migrates_to_the_current_version(tmp_path):
     write_json(tmp_path / "state.json", seed_v4_document(tmp_path))
     state = RunStore(tmp_path).load()
-    assert state.schema_version == 5
+    assert state.schema_version == STATE_SCHEMA_VERSION
     assert state.run_status == "seeded"  # best_metric_ms is set
     assert state.generation_allowed is True
     assert state.hardware_attempts == 2
@@ -94,25 +102,29 @@ def test_v4_migrates_to_v5(tmp_path):
     assert state.stop_reason is None and state.stop_stage is None
     assert state.backend == "cutlass"
     assert state.history[1].best_ms == 0.91 and state.effective_methods == ("smem_tiling",)
+    assert state.env == Env(backend="cutlass", generation_allowed=True, attempts=2)
+    assert [(e.iteration, e.delta_compute) for e in state.roofline_history] == [(None, 0.85), (None, 0.6)]
 
 
 def test_v4_without_seed_or_env(tmp_path):
     doc = seed_v4_document(tmp_path)
     doc.update(best_metric_ms=None, env={}, history=[])
-    del doc["schema_version"]  # the seed's example carries none: it is the pre-v5 shape
+    del doc["schema_version"]  # a v4 document carries none: it is the pre-v5 shape
     write_json(tmp_path / "state.json", doc)
     state = RunStore(tmp_path).load()
     assert (state.run_status, state.generation_allowed, state.hardware_attempts) == ("initialized", False, 0)
     assert (state.verified_iterations, state.last_verified_iter) == (0, None)
     assert state.backend == "cuda"  # from the baseline's .cu suffix
+    assert state.env is None
 
 
-def test_migrated_state_saves_as_v5(tmp_path):
+def test_migrated_state_saves_at_the_current_version(tmp_path):
     write_json(tmp_path / "state.json", seed_v4_document(tmp_path))
     store = RunStore(tmp_path)
     store.update(run_status="running")
     data = json.loads((tmp_path / "state.json").read_text())
-    assert data["schema_version"] == 5 and data["run_status"] == "running" and data["verified_iterations"] == 1
+    assert data["schema_version"] == STATE_SCHEMA_VERSION and data["run_status"] == "running"
+    assert data["verified_iterations"] == 1 and data["env"]["schema_version"] == ENV_SCHEMA_VERSION
 
 
 def test_newer_or_broken_state_is_a_config_error(tmp_path):

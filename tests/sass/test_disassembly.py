@@ -13,7 +13,7 @@ import pytest
 import kopt_cuda.plugin
 import kopt_triton.plugin
 from kopt_core.jsonio import write_json
-from kopt_core.records import Artifact
+from kopt_core.records import Artifact, ProfileSummary, SassFile, to_data
 from kopt_core.steps.profile import keep_disassembly
 from kopt_core.steps.select import read_traits
 
@@ -28,6 +28,13 @@ __global__ void staged(const float* x, float* y) {
 }
 extern "C" void solve(const float* x, float* y, int N) { staged<<<N / 256, 256>>>(x, y); }
 """
+
+
+def write_profile(folder: Path, sass: SassFile) -> None:
+    """A profile.json that kept ``sass``."""
+    summary = ProfileSummary(report=str(folder / "best_input.ncu-rep"), bundle="full", bundle_reason="test",
+                             kernels=(), ncu_duration_ms=None, sass=sass)
+    write_json(folder / "profile.json", to_data(summary))
 
 
 @pytest.mark.nvcc
@@ -48,8 +55,8 @@ def test_a_cuda_library_is_kept_as_sass_and_read_for_traits(tmp_path, make_pm, m
     artifact = Artifact(backend="cuda", source=str(source), path=str(library), launcher="kopt_cuda.launch:load",
                         arch="sm_90a")
     info = keep_disassembly(make_pm(kopt_cuda.plugin), artifact, tmp_path / "best_input.sass")
-    assert info == {"file": "best_input.sass", "error": None}
-    write_json(tmp_path / "profile.json", {"sass": info})
+    assert info == SassFile(file="best_input.sass")
+    write_profile(tmp_path, info)
     mnemonics, note = read_traits(profile_dir=tmp_path)
     opcodes = {m.split(".")[0] for m in mnemonics}
     assert {"STS", "LDS", "BAR", "LDG", "STG"} <= opcodes
@@ -60,9 +67,9 @@ def test_a_triton_artifact_that_never_ran_has_no_sass_and_says_why(tmp_path, mak
     artifact = Artifact(backend="triton", source=str(tmp_path / "kernel.py"), path=str(tmp_path / "kernel.py"),
                         launcher="kopt_triton.launch:load", arch="sm_90a")
     info = keep_disassembly(make_pm(kopt_triton.plugin), artifact, tmp_path / "kernel.sass")
-    assert info["file"] is None and "no cubin" in info["error"]
+    assert info.file is None and "no cubin" in info.error
     assert not (tmp_path / "kernel.sass").exists()
-    write_json(tmp_path / "profile.json", {"sass": info})
+    write_profile(tmp_path, info)
     mnemonics, note = read_traits(profile_dir=tmp_path)
     assert mnemonics is None and "no cubin" in note and "not applied" in note
 
