@@ -53,14 +53,35 @@ CASES: dict[str, Case] = {
     case.key: case
     for case in (
         # Large enough that launch overhead is noise: kopt must match ncu closely and reproduce tightly.
-        Case("vector_scale_64m", "vector scale 64M floats", "vector_scale", ("--N=67108864",),
-             "vector_scale_kernel", 0.005, 0.02),
+        Case(
+            "vector_scale_64m",
+            "vector scale 64M floats",
+            "vector_scale",
+            ("--N=67108864",),
+            "vector_scale_kernel",
+            0.005,
+            0.02,
+        ),
         # A few microseconds: timed as graph replays / batches, so the bounds are looser (a launch gap of
         # even 0.5 us is 10% here).
-        Case("vector_scale_1m", "vector scale 1M floats", "vector_scale", ("--N=1048576",),
-             "vector_scale_kernel", 0.03, 0.10),
-        Case("sgemm_2048", "naive SGEMM 2048^3", "sgemm_naive", ("--M=2048", "--N=2048", "--K=2048"),
-             "sgemm_naive_kernel", 0.005, 0.02),
+        Case(
+            "vector_scale_1m",
+            "vector scale 1M floats",
+            "vector_scale",
+            ("--N=1048576",),
+            "vector_scale_kernel",
+            0.03,
+            0.10,
+        ),
+        Case(
+            "sgemm_2048",
+            "naive SGEMM 2048^3",
+            "sgemm_naive",
+            ("--M=2048", "--N=2048", "--K=2048"),
+            "sgemm_naive_kernel",
+            0.005,
+            0.02,
+        ),
     )
 }
 
@@ -90,8 +111,18 @@ def kopt_command(case: Case, mode: str, budget_s: float | None) -> list[str]:
     """The `kopt bench` command for one case; the reference is not timed (only the kernel is compared)."""
     example = EXAMPLES / case.example
     command = [
-        sys.executable, "-m", "kopt_core.cli", "bench", str(example / "kernel.cu"),
-        "--ref", str(example / "ref.py"), *case.dims, "--json", "--no-reference-timing", "--mode", mode,
+        sys.executable,
+        "-m",
+        "kopt_core.cli",
+        "bench",
+        str(example / "kernel.cu"),
+        "--ref",
+        str(example / "ref.py"),
+        *case.dims,
+        "--json",
+        "--no-reference-timing",
+        "--mode",
+        mode,
     ]
     if budget_s is not None:
         command += ["--budget-s", str(budget_s)]
@@ -109,8 +140,9 @@ def _env() -> dict[str, str]:
 def run_kopt(command: list[str]) -> dict[str, Any]:
     """One kopt process; its exit code, the BenchResult it printed, and its median."""
     started = time.monotonic()
-    proc = subprocess.run(command, cwd=REPO, env=_env(), capture_output=True, text=True,
-                          timeout=PROCESS_TIMEOUT_S, check=False)
+    proc = subprocess.run(
+        command, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S, check=False
+    )
     result = parse_result(proc.stdout)
     timing = (result or {}).get("kernel_timing") or {}
     return {
@@ -141,16 +173,29 @@ def ncu_command(ncu: str, case: Case, mode: str) -> list[str]:
     """ncu timing launches 4..8 of the case's kernel inside a short kopt run (the first are correctness
     checks, so skipping 3 lands on launches that happen after warm-up has begun)."""
     return [
-        ncu, "--target-processes", "all", "--clock-control", "none",
-        "--kernel-name", f"regex:{case.kernel_function}", "--launch-skip", "3", "--launch-count", "5",
-        "--metrics", NCU_METRIC, "--csv", *kopt_command(case, mode, budget_s=0.2),
+        ncu,
+        "--target-processes",
+        "all",
+        "--clock-control",
+        "none",
+        "--kernel-name",
+        f"regex:{case.kernel_function}",
+        "--launch-skip",
+        "3",
+        "--launch-count",
+        "5",
+        "--metrics",
+        NCU_METRIC,
+        "--csv",
+        *kopt_command(case, mode, budget_s=0.2),
     ]
 
 
 def run_ncu(command: list[str]) -> dict[str, Any]:
     """Run ncu; its exit code, the durations it reported (ms), and its whole output for the record."""
-    proc = subprocess.run(command, cwd=REPO, env=_env(), capture_output=True, text=True,
-                          timeout=PROCESS_TIMEOUT_S, check=False)
+    proc = subprocess.run(
+        command, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S, check=False
+    )
     durations = parse_ncu_durations(proc.stdout)
     return {
         "returncode": proc.returncode,
@@ -196,10 +241,20 @@ def parse_ncu_durations(text: str, metric: str = NCU_METRIC) -> list[float]:
 
 
 _UNIT_TO_MS = {
-    "ns": 1e-6, "nsecond": 1e-6, "nsec": 1e-6,
-    "us": 1e-3, "usecond": 1e-3, "usec": 1e-3, "\u00b5s": 1e-3, "\u03bcs": 1e-3,
-    "ms": 1.0, "msecond": 1.0, "msec": 1.0,
-    "s": 1e3, "second": 1e3, "sec": 1e3,
+    "ns": 1e-6,
+    "nsecond": 1e-6,
+    "nsec": 1e-6,
+    "us": 1e-3,
+    "usecond": 1e-3,
+    "usec": 1e-3,
+    "\u00b5s": 1e-3,
+    "\u03bcs": 1e-3,
+    "ms": 1.0,
+    "msecond": 1.0,
+    "msec": 1.0,
+    "s": 1e3,
+    "second": 1e3,
+    "sec": 1e3,
 }
 
 
@@ -217,15 +272,26 @@ def to_ms(value: str, unit: str) -> float | None:
 
 def evaluate(case: Case, runs: list[dict[str, Any]], ncu: dict[str, Any] | None) -> dict[str, Any]:
     """One table row: the medians' range and spread, ncu's figure, agreement, and whether targets hold."""
-    medians = [r["median_ms"] for r in runs
-               if isinstance(r["median_ms"], (int, float)) and r["median_ms"] > 0]
+    medians = [
+        r["median_ms"] for r in runs if isinstance(r["median_ms"], (int, float)) and r["median_ms"] > 0
+    ]
     failed_runs = sum(1 for r in runs if r["returncode"] != 0 or r["median_ms"] is None)
-    modes = sorted({f'{r["mode"]} x{r["launches_per_sample"]}' for r in runs if r["mode"]})
+    modes = sorted({f"{r['mode']} x{r['launches_per_sample']}" for r in runs if r["mode"]})
     row: dict[str, Any] = {
-        "case": case.key, "kernel": case.label, "mode": ", ".join(modes) or "?", "medians_ms": medians,
-        "failed_runs": failed_runs, "min_ms": None, "max_ms": None, "spread": None, "kopt_ms": None,
-        "ncu_ms": None if ncu is None else ncu["median_ms"], "agreement": None,
-        "max_spread": case.max_spread, "max_abs_agreement": case.max_abs_agreement, "met": False,
+        "case": case.key,
+        "kernel": case.label,
+        "mode": ", ".join(modes) or "?",
+        "medians_ms": medians,
+        "failed_runs": failed_runs,
+        "min_ms": None,
+        "max_ms": None,
+        "spread": None,
+        "kopt_ms": None,
+        "ncu_ms": None if ncu is None else ncu["median_ms"],
+        "agreement": None,
+        "max_spread": case.max_spread,
+        "max_abs_agreement": case.max_abs_agreement,
+        "met": False,
     }
     if medians:
         row["min_ms"], row["max_ms"] = min(medians), max(medians)
@@ -235,8 +301,10 @@ def evaluate(case: Case, runs: list[dict[str, Any]], ncu: dict[str, Any] | None)
         row["agreement"] = row["kopt_ms"] / row["ncu_ms"] - 1
     row["met"] = (
         failed_runs == 0
-        and row["spread"] is not None and row["spread"] <= case.max_spread
-        and row["agreement"] is not None and abs(row["agreement"]) <= case.max_abs_agreement
+        and row["spread"] is not None
+        and row["spread"] <= case.max_spread
+        and row["agreement"] is not None
+        and abs(row["agreement"]) <= case.max_abs_agreement
     )
     return row
 
@@ -253,15 +321,17 @@ def render_table(rows: list[dict[str, Any]], runs: int) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        medians = "n/a" if row["min_ms"] is None else f'{row["min_ms"]:.4f}-{row["max_ms"]:.4f} ms'
+        medians = "n/a" if row["min_ms"] is None else f"{row['min_ms']:.4f}-{row['max_ms']:.4f} ms"
         if row["failed_runs"]:
-            medians += f' ({row["failed_runs"]} runs failed)'
-        spread = "n/a" if row["spread"] is None else f'{row["spread"] * 100:.2f}%'
-        agreement = "n/a" if row["agreement"] is None else f'{row["agreement"] * 100:+.2f}%'
+            medians += f" ({row['failed_runs']} runs failed)"
+        spread = "n/a" if row["spread"] is None else f"{row['spread'] * 100:.2f}%"
+        agreement = "n/a" if row["agreement"] is None else f"{row['agreement'] * 100:+.2f}%"
         # No "|" inside a cell: it would split the markdown column.
-        target = (f'{"yes" if row["met"] else "no"} (spread <= {row["max_spread"] * 100:g}%, '
-                  f'agreement within \u00b1{row["max_abs_agreement"] * 100:g}%)')
-        ncu_ms = "n/a" if row["ncu_ms"] is None else f'{row["ncu_ms"]:.4f} ms'
+        target = (
+            f"{'yes' if row['met'] else 'no'} (spread <= {row['max_spread'] * 100:g}%, "
+            f"agreement within \u00b1{row['max_abs_agreement'] * 100:g}%)"
+        )
+        ncu_ms = "n/a" if row["ncu_ms"] is None else f"{row['ncu_ms']:.4f} ms"
         cells = (row["kernel"], row["mode"], medians, spread, ncu_ms, agreement, target)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -270,15 +340,25 @@ def render_table(rows: list[dict[str, Any]], runs: int) -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=8, help="separate kopt processes per case (default 8)")
-    parser.add_argument("--cases", default=",".join(CASES),
-                        help=f"comma-separated, from: {', '.join(CASES)} (default: all)")
-    parser.add_argument("--mode", default="auto", choices=("auto", "per_launch", "graph", "batched"),
-                        help="kopt's timing mode, passed through (default auto)")
-    parser.add_argument("--budget-s", type=float, default=None,
-                        help="kopt's timing budget per process (default: kopt's own)")
+    parser.add_argument(
+        "--cases", default=",".join(CASES), help=f"comma-separated, from: {', '.join(CASES)} (default: all)"
+    )
+    parser.add_argument(
+        "--mode",
+        default="auto",
+        choices=("auto", "per_launch", "graph", "batched"),
+        help="kopt's timing mode, passed through (default auto)",
+    )
+    parser.add_argument(
+        "--budget-s", type=float, default=None, help="kopt's timing budget per process (default: kopt's own)"
+    )
     parser.add_argument("--ncu", default=None, help="path of ncu (default: PATH, the toolkit's, /opt/nvidia)")
-    parser.add_argument("--out", type=Path, default=Path("timing_accuracy_out"),
-                        help="folder for table.md, raw.json and ncu's output (default ./timing_accuracy_out)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("timing_accuracy_out"),
+        help="folder for table.md, raw.json and ncu's output (default ./timing_accuracy_out)",
+    )
     args = parser.parse_args(argv)
     unknown = [c for c in args.cases.split(",") if c and c not in CASES]
     if unknown:
@@ -304,22 +384,34 @@ def main(argv: list[str] | None = None) -> int:
         for index in range(args.runs):
             run = run_kopt(command)
             runs.append(run)
-            print(f"{case.key} run {index + 1}/{args.runs}: exit {run['returncode']}, "
-                  f"median {_num(run['median_ms'], '.5f')} ms ({run['mode']})", file=sys.stderr, flush=True)
+            print(
+                f"{case.key} run {index + 1}/{args.runs}: exit {run['returncode']}, "
+                f"median {_num(run['median_ms'], '.5f')} ms ({run['mode']})",
+                file=sys.stderr,
+                flush=True,
+            )
         profiled = None
         ncu_cmd: list[str] = []
         if ncu is not None:
             ncu_cmd = ncu_command(ncu, case, args.mode)
             profiled = run_ncu(ncu_cmd)
-            (args.out / f"ncu_{case.key}.txt").write_text(profiled["stdout"] + "\n--- stderr ---\n"
-                                                          + profiled["stderr"], encoding="utf-8")
-            print(f"{case.key} ncu: exit {profiled['returncode']}, durations (ms) {profiled['durations_ms']}",
-                  file=sys.stderr, flush=True)
+            (args.out / f"ncu_{case.key}.txt").write_text(
+                profiled["stdout"] + "\n--- stderr ---\n" + profiled["stderr"], encoding="utf-8"
+            )
+            print(
+                f"{case.key} ncu: exit {profiled['returncode']}, durations (ms) {profiled['durations_ms']}",
+                file=sys.stderr,
+                flush=True,
+            )
         row = evaluate(case, runs, profiled)
         rows.append(row)
         raw["cases"][case.key] = {
-            "kopt_command": command, "ncu_command": ncu_cmd, "row": row, "kopt_runs": runs,
-            "ncu": None if profiled is None
+            "kopt_command": command,
+            "ncu_command": ncu_cmd,
+            "row": row,
+            "kopt_runs": runs,
+            "ncu": None
+            if profiled is None
             else {k: v for k, v in profiled.items() if k not in ("stdout", "stderr")},
         }
 

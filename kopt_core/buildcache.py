@@ -11,8 +11,8 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from kopt_core.records import Toolchain
 

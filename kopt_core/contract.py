@@ -15,11 +15,15 @@ INTEGER_SCALARS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64
 def check_dims(interface: KernelInterface, dims: dict) -> tuple[list[str], list[str]]:
     """(problems, warnings) about the dims against the entry point's scalar parameters."""
     problems, warnings = [], []
-    where = f"{interface.entry}(...) in {interface.source}" + (f" (line {interface.line})" if interface.line else "")
+    where = f"{interface.entry}(...) in {interface.source}" + (
+        f" (line {interface.line})" if interface.line else ""
+    )
     for param in interface.scalars:
         if param.name not in dims:
-            problems.append(f"missing dim {param.name}: {where} takes `{param.ctype} {param.name}`; "
-                            f"pass --{param.name}=VALUE")
+            problems.append(
+                f"missing dim {param.name}: {where} takes `{param.ctype} {param.name}`; "
+                f"pass --{param.name}=VALUE"
+            )
             continue
         value = dims[param.name]
         if param.dtype in INTEGER_SCALARS and not isinstance(value, int):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from kopt_core.errors import ConfigError
 

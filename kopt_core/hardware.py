@@ -30,9 +30,15 @@ def detect_gpus(timeout_s: float = 20.0) -> tuple[list[GpuInfo], str]:
         return [], "nvidia-smi is not on PATH: this machine has no NVIDIA driver (no GPU)"
     try:
         out = subprocess.run(
-            [smi, "--query-gpu=index,name,compute_cap,driver_version,memory.total",
-             "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=timeout_s, check=False,
+            [
+                smi,
+                "--query-gpu=index,name,compute_cap,driver_version,memory.total",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return [], f"nvidia-smi failed: {exc}"
@@ -47,14 +53,19 @@ def detect_gpus(timeout_s: float = 20.0) -> tuple[list[GpuInfo], str]:
             memory = int(float(parts[4]))
         except ValueError:
             memory = None
-        gpus.append(GpuInfo(index=int(parts[0]), name=parts[1], capability=parts[2], driver=parts[3],
-                            memory_mib=memory))
+        gpus.append(
+            GpuInfo(
+                index=int(parts[0]), name=parts[1], capability=parts[2], driver=parts[3], memory_mib=memory
+            )
+        )
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and all(v.strip().isdigit() for v in visible.split(",") if v.strip()):
         wanted = [int(v) for v in visible.split(",") if v.strip()]
         gpus = [g for i in wanted for g in gpus if g.index == i]
     if not gpus:
-        return [], "nvidia-smi lists no usable GPU" + (" (CUDA_VISIBLE_DEVICES hides them)" if visible else "")
+        return [], "nvidia-smi lists no usable GPU" + (
+            " (CUDA_VISIBLE_DEVICES hides them)" if visible else ""
+        )
     return gpus, ""
 
 

@@ -88,7 +88,9 @@ def kopt_probe(backend: str, env: dict[str, Any]) -> ProbeResult | None:
 
 
 @hookspec(firstresult=True)
-def kopt_preflight(candidate: Candidate, dims: dict[str, int | float], reference: ReferenceModule) -> PreflightReport:
+def kopt_preflight(
+    candidate: Candidate, dims: dict[str, int | float], reference: ReferenceModule
+) -> PreflightReport:
     """Check a candidate's static contract without a GPU and without building it.
 
     :param candidate: the kernel file and its backend.

@@ -39,8 +39,13 @@ def _kill_group(process: subprocess.Popen) -> None:
         pass  # it ended on its own meanwhile
 
 
-def run_in_group(command: list[str], *, timeout_s: float, env: dict | None = None,
-                 log_path: str | os.PathLike | None = None) -> Ran:
+def run_in_group(
+    command: list[str],
+    *,
+    timeout_s: float,
+    env: dict | None = None,
+    log_path: str | os.PathLike | None = None,
+) -> Ran:
     """Run ``command`` capturing its text output (or, with ``log_path``, writing stdout and stderr there);
     on timeout kill its whole process group. Never raises for the command's own failures."""
     started = time.perf_counter()
@@ -48,20 +53,36 @@ def run_in_group(command: list[str], *, timeout_s: float, env: dict | None = Non
     try:
         try:
             process = subprocess.Popen(
-                command, stdout=log or subprocess.PIPE, stderr=subprocess.STDOUT if log else subprocess.PIPE,
-                text=True, errors="replace", env=env, start_new_session=True)
+                command,
+                stdout=log or subprocess.PIPE,
+                stderr=subprocess.STDOUT if log else subprocess.PIPE,
+                text=True,
+                errors="replace",
+                env=env,
+                start_new_session=True,
+            )
         except OSError as exc:
-            return Ran(returncode=None, error=f"{type(exc).__name__}: {exc}",
-                       seconds=time.perf_counter() - started)
+            return Ran(
+                returncode=None, error=f"{type(exc).__name__}: {exc}", seconds=time.perf_counter() - started
+            )
         try:
             stdout, stderr = process.communicate(timeout=timeout_s)
-            return Ran(returncode=process.returncode, stdout=stdout or "", stderr=stderr or "",
-                       seconds=time.perf_counter() - started)
+            return Ran(
+                returncode=process.returncode,
+                stdout=stdout or "",
+                stderr=stderr or "",
+                seconds=time.perf_counter() - started,
+            )
         except subprocess.TimeoutExpired:
             _kill_group(process)
             stdout, stderr = process.communicate()
-            return Ran(returncode=None, stdout=stdout or "", stderr=stderr or "", timed_out=True,
-                       seconds=time.perf_counter() - started)
+            return Ran(
+                returncode=None,
+                stdout=stdout or "",
+                stderr=stderr or "",
+                timed_out=True,
+                seconds=time.perf_counter() - started,
+            )
     finally:
         if log is not None:
             log.close()

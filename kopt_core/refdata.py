@@ -31,8 +31,10 @@ def packaged_text(relative: str) -> tuple[str, str]:
     try:
         return path.read_text(encoding="utf-8"), str(path)
     except OSError as error:
-        raise ConfigError(f"kopt's packaged {relative} is missing: {error}",
-                          hint="reinstall kopt-core (package data kopt_core/references)") from error
+        raise ConfigError(
+            f"kopt's packaged {relative} is missing: {error}",
+            hint="reinstall kopt-core (package data kopt_core/references)",
+        ) from error
 
 
 def parse_json(text: str, where: str) -> Any:
@@ -63,6 +65,8 @@ def load_document(path: Path | str | None, *, default: str, schema_file: str, wh
     validator = jsonschema.Draft202012Validator(schema(schema_file))
     error = jsonschema.exceptions.best_match(validator.iter_errors(document))
     if error is not None:
-        raise ConfigError(f"{where}: {error.json_path}: {error.message}",
-                          hint=f"the {what} must follow {packaged_text(schema_file)[1]}")
+        raise ConfigError(
+            f"{where}: {error.json_path}: {error.message}",
+            hint=f"the {what} must follow {packaged_text(schema_file)[1]}",
+        )
     return document, where

@@ -7,9 +7,9 @@ import importlib.util
 import math
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
 
 from attrs import define
 
@@ -46,13 +46,17 @@ class ReferenceModule:
         try:
             model = self.workload_model(**dims)
         except Exception as exc:
-            raise ConfigError(f"{self.path}: workload_model(**dims) raised {type(exc).__name__}: {exc}",
-                              hint="give every dim it takes on the command line") from None
+            raise ConfigError(
+                f"{self.path}: workload_model(**dims) raised {type(exc).__name__}: {exc}",
+                hint="give every dim it takes on the command line",
+            ) from None
         if not isinstance(model, dict) or not all(
             isinstance(model.get(k), (int, float)) and model.get(k) >= 0 for k in ("flops", "bytes_min")
         ):
-            raise ConfigError(f"{self.path}: workload_model(**dims) must return {{'flops': number >= 0, "
-                              f"'bytes_min': number >= 0}}, got {model!r}")
+            raise ConfigError(
+                f"{self.path}: workload_model(**dims) must return {{'flops': number >= 0, "
+                f"'bytes_min': number >= 0}}, got {model!r}"
+            )
         return model
 
     def describe_buffers(self, dims: dict) -> dict:
@@ -75,7 +79,8 @@ class ReferenceModule:
         if atol is not None or rtol is not None:
             base = self.tolerance(dtype)
             return Tolerance(
-                atol=base.atol if atol is None else atol, rtol=base.rtol if rtol is None else rtol,
+                atol=base.atol if atol is None else atol,
+                rtol=base.rtol if rtol is None else rtol,
                 source="command line",
             )
         if self.atol is not None or self.rtol is not None:
@@ -93,7 +98,12 @@ def _tolerance_value(path: Path, module: ModuleType, name: str) -> float | None:
     if not hasattr(module, name):
         return None
     value = getattr(module, name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
         raise ConfigError(
             f"{path}: {name} = {value!r} is not a non-negative number",
             hint=f"set {name} to a float such as 1e-4, or remove it to use the dtype's default",
@@ -114,7 +124,9 @@ def load_reference(path: str | Path) -> ReferenceModule:
     """Import a reference file and check its contract. Errors name the file and what to change."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"reference file {path} does not exist", hint="pass the path of your ref.py with --ref")
+        raise ConfigError(
+            f"reference file {path} does not exist", hint="pass the path of your ref.py with --ref"
+        )
     if path.suffix != ".py":
         raise ConfigError(f"reference file {path} is not a Python file", hint="the reference is a .py module")
     name = f"kopt_reference_{abs(hash(str(path.resolve())))}"
@@ -151,5 +163,7 @@ def load_reference(path: str | Path) -> ReferenceModule:
         workload_model=_optional_callable(
             path, module, "workload_model", 'workload_model(**dims) -> {"flops": ..., "bytes_min": ...}'
         ),
-        buffers=_optional_callable(path, module, "buffers", "buffers(**dims) -> {name: {shape, dtype, role}}"),
+        buffers=_optional_callable(
+            path, module, "buffers", "buffers(**dims) -> {name: {shape, dtype, role}}"
+        ),
     )

@@ -17,19 +17,19 @@ import re
 import shutil
 import subprocess
 import time
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import attrs
 
-from kopt_core.process import run_in_group
-from kopt_core.errors import ConfigError, HardwareError
 from kopt_core.buildcache import content_key, entry_path, is_complete, publish, staging_folder
-from kopt_core.tools import find_tool
+from kopt_core.errors import ConfigError, HardwareError
 from kopt_core.jsonio import read_json, write_json, write_text_atomic
+from kopt_core.process import run_in_group
 from kopt_core.records import from_data, to_data
 from kopt_core.records.build import Artifact, KernelResources, Toolchain
 from kopt_core.records.kernel import KernelInterface
+from kopt_core.tools import find_tool
 
 BUILD_TIMEOUT_S = 600.0
 LIBRARY = "lib.so"  # the product in a cache entry
@@ -49,8 +49,10 @@ _PTXAS_CMEM = re.compile(r"(\d+) bytes cmem\[\d+\]")
 _PTXAS_CHATTER = re.compile(r"^ptxas info\b|^\s+\d+ bytes stack frame")
 
 
-NVCC_MISSING = ("nvcc not found (looked on PATH, in $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda*/bin and "
-                "/opt/cuda*/bin): install the CUDA toolkit or set CUDA_HOME")
+NVCC_MISSING = (
+    "nvcc not found (looked on PATH, in $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda*/bin and "
+    "/opt/cuda*/bin): install the CUDA toolkit or set CUDA_HOME"
+)
 
 
 def find_nvcc() -> str | None:
@@ -58,7 +60,7 @@ def find_nvcc() -> str | None:
     return find_tool("nvcc")
 
 
-@lru_cache(maxsize=None)
+@cache
 def nvcc_version(nvcc: str) -> str:
     """nvcc's full version ("13.0.88"), part of every cache key."""
     completed = _run([nvcc, "--version"], timeout=60.0, what=f"{nvcc} --version")
@@ -87,8 +89,18 @@ def arch_flags(arch: str) -> list[str]:
 
 def base_flags() -> list[str]:
     """Flags every candidate is built with; ``-Xptxas -v`` gives the resource report ``parse_ptxas`` reads."""
-    return ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "--default-stream", "per-thread",
-            "-lineinfo", "-Xptxas", "-v"]
+    return [
+        "-O3",
+        "-std=c++17",
+        "-shared",
+        "-Xcompiler",
+        "-fPIC",
+        "--default-stream",
+        "per-thread",
+        "-lineinfo",
+        "-Xptxas",
+        "-v",
+    ]
 
 
 def parse_ptxas(log: str) -> tuple[KernelResources, ...]:
@@ -203,7 +215,9 @@ def _run(command: list[str], *, timeout: float, what: str) -> subprocess.Complet
     is killed, so a given-up candidate leaves nothing burning CPU."""
     ran = run_in_group(command, timeout_s=timeout)
     if ran.error:
-        raise HardwareError(f"cannot run {command[0]}: {ran.error}", hint="install the CUDA toolkit or set CUDA_HOME")
+        raise HardwareError(
+            f"cannot run {command[0]}: {ran.error}", hint="install the CUDA toolkit or set CUDA_HOME"
+        )
     if ran.timed_out:
         raise ConfigError(
             f"{what} did not finish within {timeout:.0f} s; simplify the kernel (fewer template "
@@ -218,12 +232,14 @@ def _compile_error(source: Path, returncode: int, log: str) -> ConfigError:
     shown = "\n".join(lines[:_ERROR_LINES])
     hidden = len(lines) - _ERROR_LINES
     more = f"\n... ({hidden} more lines, after the first errors)" if hidden > 0 else ""
-    return ConfigError(f"{source}: nvcc could not build this file (exit {returncode}); fix it and retry:\n"
-                       f"{shown}{more}")
+    return ConfigError(
+        f"{source}: nvcc could not build this file (exit {returncode}); fix it and retry:\n{shown}{more}"
+    )
 
 
-def _dependencies(nvcc: str, sources: list[Path], flags: list[str], build_dir: Path,
-                  timeout: float) -> list[Path]:
+def _dependencies(
+    nvcc: str, sources: list[Path], flags: list[str], build_dir: Path, timeout: float
+) -> list[Path]:
     """Every file the sources include, from ``nvcc -M`` with the build's own flags (so -I and -D count).
 
     The CUDA toolkit's own headers are left out: the nvcc version already stands for them. They are
@@ -231,8 +247,11 @@ def _dependencies(nvcc: str, sources: list[Path], flags: list[str], build_dir: P
     wrapper script far from the toolkit (``/usr/local/bin/nvcc`` on some machines). The sources are left
     out too: their bytes are hashed directly, so a copy of a candidate in another folder is a cache hit.
     """
-    completed = _run([nvcc, "-M", *flags, *map(str, sources)], timeout=timeout,
-                     what=f"nvcc -M listing the includes of {sources[0]}")
+    completed = _run(
+        [nvcc, "-M", *flags, *map(str, sources)],
+        timeout=timeout,
+        what=f"nvcc -M listing the includes of {sources[0]}",
+    )
     if completed.returncode != 0:
         log = completed.stdout + completed.stderr
         write_text_atomic(build_dir / "build.log", log)
@@ -244,13 +263,15 @@ def _dependencies(nvcc: str, sources: list[Path], flags: list[str], build_dir: P
             found[Path(os.path.realpath(re.sub(r"\\(.)", r"\1", token)))] = None
     toolkit = next((path.parent for path in found if path.name == "cuda_runtime.h"), None)
     return [
-        path for path in found
+        path
+        for path in found
         if path not in sources and not (toolkit is not None and path.is_relative_to(toolkit))
     ]
 
 
-def _cache_key(sources: list[Path], flags: list[str], version: str, arch: str,
-               dependencies: list[Path]) -> str:
+def _cache_key(
+    sources: list[Path], flags: list[str], version: str, arch: str, dependencies: list[Path]
+) -> str:
     parts = [("format", str(_CACHE_FORMAT).encode())]
     parts += [("source", source.read_bytes()) for source in sources]
     parts += [("flags", "\0".join(flags).encode()), ("nvcc", version.encode()), ("arch", arch.encode())]

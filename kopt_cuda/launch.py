@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from kopt_core.bench.launchers import LaunchError
 from kopt_core.records import Artifact, KernelInterface
@@ -95,13 +95,20 @@ class CudaLauncher:
             ctypes.c_void_p if p.kind == "buffer" else SCALAR_CTYPES[p.dtype] for p in self.interface.params
         ]
         self.lib.kopt_shim_last_error.argtypes = [ctypes.c_char_p, ctypes.c_int]
-        self.lib.kopt_shim_capture_end.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int)]
+        self.lib.kopt_shim_capture_end.argtypes = [
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.POINTER(ctypes.c_int),
+        ]
         self.lib.kopt_shim_graph_launch.argtypes = [ctypes.c_void_p]
         self.lib.kopt_shim_graph_destroy.argtypes = [ctypes.c_void_p]
         self.lib.kopt_shim_timer_create.argtypes = [ctypes.POINTER(ctypes.c_void_p)] * 2
         self.lib.kopt_shim_timer_start.argtypes = [ctypes.c_void_p, ctypes.c_ulonglong]
         self.lib.kopt_shim_timer_stop.argtypes = [ctypes.c_void_p]
-        self.lib.kopt_shim_timer_elapsed.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_float)]
+        self.lib.kopt_shim_timer_elapsed.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.POINTER(ctypes.c_float),
+        ]
 
     def clock(self) -> ShimClock:
         return ShimClock(self.lib)

@@ -12,7 +12,12 @@ from pathlib import Path
 from kopt_core import hookimpl
 from kopt_core.errors import ConfigError
 from kopt_core.records import (
-    Artifact, BackendInfo, Candidate, PreflightReport, ProbeResult, Toolchain,
+    Artifact,
+    BackendInfo,
+    Candidate,
+    PreflightReport,
+    ProbeResult,
+    Toolchain,
 )
 
 NAME = "cuda"
@@ -39,8 +44,11 @@ def preflight_solve(candidate: Candidate) -> PreflightReport:
     interface = parse_solve(source, str(path))
     outputs = [p for p in interface.buffers if not p.is_const]
     if not outputs:
-        return PreflightReport(backend=candidate.backend, interface=interface,
-                               problems=(f"solve (line {interface.line}) has no non-const pointer: nothing to check",))
+        return PreflightReport(
+            backend=candidate.backend,
+            interface=interface,
+            problems=(f"solve (line {interface.line}) has no non-const pointer: nothing to check",),
+        )
     warnings = ()
     if len(outputs) == len(interface.buffers) > 1:
         # Every pointer is non-const: all are treated as outputs (poisoned), which is wrong for inputs.
@@ -56,8 +64,12 @@ def compile_solve(candidate: Candidate, build_dir: Path, toolchain: Toolchain, *
 
     interface = preflight_solve(candidate).interface
     return build_shared_library(
-        [Path(candidate.path), SHIM], toolchain=toolchain, build_dir=Path(build_dir), extra_flags=tuple(extra_flags),
-        backend=candidate.backend, interface=interface,
+        [Path(candidate.path), SHIM],
+        toolchain=toolchain,
+        build_dir=Path(build_dir),
+        extra_flags=tuple(extra_flags),
+        backend=candidate.backend,
+        interface=interface,
     )
 
 
@@ -73,7 +85,9 @@ def kopt_probe() -> ProbeResult:
     nvcc = find_nvcc()
     if nvcc is None:
         return ProbeResult(backend=NAME, available=False, reason=NVCC_MISSING)
-    return ProbeResult(backend=NAME, available=True, details={"nvcc": nvcc, "nvcc_version": nvcc_version(nvcc)})
+    return ProbeResult(
+        backend=NAME, available=True, details={"nvcc": nvcc, "nvcc_version": nvcc_version(nvcc)}
+    )
 
 
 @hookimpl

@@ -91,8 +91,22 @@ _SPECIFIERS = {"extern", "inline", "__inline__", "__host__", "__forceinline__", 
 # A kernel or device function named solve cannot be called from the host through the library.
 _DEVICE_WORDS = {"__global__", "__device__"}
 # A statement that starts with one of these calls ``solve`` rather than declaring it.
-_STATEMENT_WORDS = {"return", "else", "do", "goto", "throw", "co_return", "co_yield", "co_await", "new",
-                    "delete", "sizeof", "typedef", "using", "case"}
+_STATEMENT_WORDS = {
+    "return",
+    "else",
+    "do",
+    "goto",
+    "throw",
+    "co_return",
+    "co_yield",
+    "co_await",
+    "new",
+    "delete",
+    "sizeof",
+    "typedef",
+    "using",
+    "case",
+}
 
 _NAME = r"(?:::\s*)?[A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*"
 _PREFIX_TOKEN = re.compile(rf'"[^"\n]*"|{_NAME}|\*|&|\S')
@@ -121,14 +135,14 @@ def parse_solve(source: str, path: str = "<source>", entry: str = "solve") -> Ke
     if not c_sites:
         if sites:
             raise ConfigError(
-                f"{path}:{sites[0].line}: {entry}(...) is not declared extern \"C\", so the shared library "
+                f'{path}:{sites[0].line}: {entry}(...) is not declared extern "C", so the shared library '
                 f"exports it under a mangled C++ name that kopt cannot call. Write it as "
-                f"extern \"C\" void {entry}(...) (or put it inside an extern \"C\" {{ ... }} block)."
+                f'extern "C" void {entry}(...) (or put it inside an extern "C" {{ ... }} block).'
             )
         raise ConfigError(
-            f"{path}: no entry point found. A CUDA kernel file must expose extern \"C\" void {entry}(...) "
+            f'{path}: no entry point found. A CUDA kernel file must expose extern "C" void {entry}(...) '
             f"taking the buffers as pointers and the dims as integers, for example "
-            f"extern \"C\" void {entry}(const float* input, float* output, int N), and launch its "
+            f'extern "C" void {entry}(const float* input, float* output, int N), and launch its '
             f"kernels from it."
         )
     site = _choose(c_sites, path, entry)
@@ -140,12 +154,12 @@ def parse_solve(source: str, path: str = "<source>", entry: str = "solve") -> Ke
     if site.device_only:
         raise ConfigError(
             f"{path}:{site.line}: {entry}(...) is a __global__/__device__ function; it must be a host "
-            f"function that launches the kernels: extern \"C\" void {entry}(...)."
+            f'function that launches the kernels: extern "C" void {entry}(...).'
         )
     if site.return_type != "void":
         raise ConfigError(
             f"{path}:{site.line}: {entry}(...) returns '{site.return_type}'; kopt ignores results and reads "
-            f"the output buffers instead. Declare it extern \"C\" void {entry}(...)."
+            f'the output buffers instead. Declare it extern "C" void {entry}(...).'
         )
     params = _parse_params(text, site, path, entry)
     return KernelInterface(entry=entry, params=params, source=path, line=site.line)
@@ -194,15 +208,15 @@ def _strip_comments_and_strings(source: str) -> str:
             end = n if end < 0 else end + 2
             out.append(_blank(source[i:end]))
             i = end
-        elif char == '"' and re.search(r"(?<!\w)(?:u8|u|U|L)?R$", source[max(0, i - 4):i]):
+        elif char == '"' and re.search(r"(?<!\w)(?:u8|u|U|L)?R$", source[max(0, i - 4) : i]):
             open_paren = source.find("(", i)
-            delimiter = source[i + 1:open_paren] if open_paren >= 0 else ""
-            close = source.find(f"){delimiter}\"", max(open_paren, i))
+            delimiter = source[i + 1 : open_paren] if open_paren >= 0 else ""
+            close = source.find(f'){delimiter}"', max(open_paren, i))
             end = n if open_paren < 0 or close < 0 else close + len(delimiter) + 2
-            out.append('"' + _blank(source[i + 1:end - 1]) + '"')
+            out.append('"' + _blank(source[i + 1 : end - 1]) + '"')
             i = end
         elif char in "\"'":
-            if char == "'" and re.search(r"(?<![\w'])\d[\w']*$", source[max(0, i - 64):i]):
+            if char == "'" and re.search(r"(?<![\w'])\d[\w']*$", source[max(0, i - 64) : i]):
                 out.append(char)  # a digit separator (1'000'000), not a character literal
                 i += 1
                 continue
@@ -210,9 +224,9 @@ def _strip_comments_and_strings(source: str) -> str:
             while end < n and source[end] not in (char, "\n"):
                 end += 2 if source[end] == "\\" else 1
             end = min(end, n)
-            content = source[i + 1:end]
+            content = source[i + 1 : end]
             kept = content if char == '"' and content == "C" else _blank(content)
-            out.append(char + kept + source[end:end + 1])  # the closing quote (or newline, or nothing)
+            out.append(char + kept + source[end : end + 1])  # the closing quote (or newline, or nothing)
             i = end + 1
         else:
             out.append(char)
@@ -268,7 +282,7 @@ def _blank_attributes(text: str) -> str:
             end = len(text) if end < 0 else end + 2
         else:
             end = _matching(text, match.end() - 1, "(", ")") + 1
-        text = text[:match.start()] + _blank(text[match.start():end]) + text[end:]
+        text = text[: match.start()] + _blank(text[match.start() : end]) + text[end:]
     return text
 
 
@@ -279,7 +293,7 @@ def _declarations(text: str, entry: str) -> list[_Site]:
     for match in re.finditer(rf"\b{re.escape(entry)}\s*\(", text):
         # A declaration starts after the previous statement, block or macro invocation ("FOO(x)").
         boundary = max(text.rfind(char, 0, match.start()) for char in ";{})")
-        prefix = text[boundary + 1:match.start()]
+        prefix = text[boundary + 1 : match.start()]
         if prefix.rstrip().endswith("::"):
             continue  # a member or namespaced function, never the C entry point
         tokens = _PREFIX_TOKEN.findall(prefix)
@@ -295,16 +309,18 @@ def _declarations(text: str, entry: str) -> list[_Site]:
         in_block = any(start < match.start() < end for start, end in blocks)
         params_end = _matching(text, match.end() - 1, "(", ")")
         after = re.search(r"[;{]", text[params_end:])
-        sites.append(_Site(
-            line=_line_of(text, match.start()),
-            extern_c=linkage or in_block,
-            is_definition=bool(after) and after.group() == "{",
-            is_static="static" in words,
-            device_only=bool(_DEVICE_WORDS.intersection(words)) and "__host__" not in words,
-            return_type=re.sub(r" (?=[*&])", "", " ".join(re.sub(r"\s+", "", t) for t in type_tokens)),
-            params_start=match.end(),
-            params_end=params_end,
-        ))
+        sites.append(
+            _Site(
+                line=_line_of(text, match.start()),
+                extern_c=linkage or in_block,
+                is_definition=bool(after) and after.group() == "{",
+                is_static="static" in words,
+                device_only=bool(_DEVICE_WORDS.intersection(words)) and "__host__" not in words,
+                return_type=re.sub(r" (?=[*&])", "", " ".join(re.sub(r"\s+", "", t) for t in type_tokens)),
+                params_start=match.end(),
+                params_end=params_end,
+            )
+        )
     return sites
 
 
@@ -315,7 +331,7 @@ def _choose(sites: list[_Site], path: str, entry: str) -> _Site:
     if len(candidates) > 1:
         lines = ", ".join(str(site.line) for site in candidates)
         raise ConfigError(
-            f"{path}:{candidates[1].line}: extern \"C\" {entry}(...) is "
+            f'{path}:{candidates[1].line}: extern "C" {entry}(...) is '
             f"{'defined' if definitions else 'declared'} more than once (lines {lines}); kopt needs exactly "
             f"one entry point per kernel file. Keep one and rename or remove the others."
         )
@@ -402,7 +418,7 @@ def _parse_param(written: str, position: int, where: str, entry: str) -> Param:
         )
     name, type_tokens = last, tokens[:-1]
     star = type_tokens.index("*") if stars else len(type_tokens)
-    pointee, after_star = type_tokens[:star], type_tokens[star + 1:]
+    pointee, after_star = type_tokens[:star], type_tokens[star + 1 :]
     if any(token not in _QUALIFIERS for token in after_star):
         raise ConfigError(f"{where}: kopt cannot read {what}; write it as 'const T* name' or 'T* name'.")
     base = " ".join(token for token in pointee if token not in _QUALIFIERS)

@@ -13,7 +13,8 @@ from pathlib import Path
 from kopt_core import hookimpl
 from kopt_core.errors import HardwareError
 from kopt_core.records import Artifact, BackendInfo, Candidate, PreflightReport, ProbeResult, Toolchain
-from kopt_cuda.build import NVCC_MISSING, find_nvcc as cuda_find_nvcc
+from kopt_cuda.build import NVCC_MISSING
+from kopt_cuda.build import find_nvcc as cuda_find_nvcc
 from kopt_cuda.plugin import compile_solve, disassemble_library, preflight_solve
 from kopt_cutlass.headers import compile_flags, discover
 

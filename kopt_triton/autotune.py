@@ -33,8 +33,6 @@ class PinError(ValueError):
     """The source cannot be pinned as asked (a pinned kernel is not found, a value cannot be written)."""
 
 
-
-
 def _config_constructor(tree: ast.Module, decorator: ast.Call) -> str:
     """How this file spells triton.Config: the decorator's own module prefix (``triton.autotune`` ->
     ``triton.Config``), or ``Config`` / ``triton.Config`` as the file's imports allow."""
@@ -68,11 +66,16 @@ def _literal(value: object, what: str) -> str:
 def config_text(pin: dict, constructor: str = "triton.Config") -> str:
     """The chosen configuration as source: ``triton.Config({"BLOCK": 128}, num_warps=4, ...)``."""
     if pin.get("pre_hook"):
-        raise PinError(f"{pin['kernel']}: the chosen config has a pre_hook ({pin['pre_hook']}), which "
-                       "cannot be written back as text")
+        raise PinError(
+            f"{pin['kernel']}: the chosen config has a pre_hook ({pin['pre_hook']}), which "
+            "cannot be written back as text"
+        )
     items = ", ".join(f"{_key(k)}: {_literal(v, str(k))}" for k, v in pin["config"].items())
-    options = "".join(f", {name}={_literal(value, name)}" for name, value in pin.items()
-                      if name not in _NOT_OPTIONS and value is not None)
+    options = "".join(
+        f", {name}={_literal(value, name)}"
+        for name, value in pin.items()
+        if name not in _NOT_OPTIONS and value is not None
+    )
     return f"{constructor}({{{items}}}{options})"
 
 
@@ -119,8 +122,9 @@ def pin_source(source_text: str, pins: list[dict]) -> str:
         if site is None:
             raise PinError(f"no top-level function {name!r} under @triton.autotune(...) in the source")
         if site.configs is None:
-            raise PinError(f"{name}: its autotune decorator (line {site.decorator.lineno}) has no configs "
-                           "argument")
+            raise PinError(
+                f"{name}: its autotune decorator (line {site.decorator.lineno}) has no configs argument"
+            )
         start, end = _span(starts, site.configs)
         chosen = _chosen_element(site.configs, pin)
         if chosen is not None:

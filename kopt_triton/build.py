@@ -29,8 +29,16 @@ _CACHE_FORMAT = 1
 
 
 def cache_key(source: bytes, name: str, triton_version: str, arch: str) -> str:
-    return content_key((("backend", b"triton"), ("format", str(_CACHE_FORMAT).encode()), ("source", source),
-                        ("name", name.encode()), ("triton", triton_version.encode()), ("arch", arch.encode())))
+    return content_key(
+        (
+            ("backend", b"triton"),
+            ("format", str(_CACHE_FORMAT).encode()),
+            ("source", source),
+            ("name", name.encode()),
+            ("triton", triton_version.encode()),
+            ("arch", arch.encode()),
+        )
+    )
 
 
 def prepare_artifact(candidate: Candidate, toolchain: Toolchain) -> Artifact:
@@ -55,8 +63,14 @@ def prepare_artifact(candidate: Candidate, toolchain: Toolchain) -> Artifact:
 
     if is_complete(entry, copy.name):
         stored = from_data(read_json(entry / "build.json"), Artifact)
-        return attrs.evolve(stored, source=str(source_path), path=str(copy), interface=interface,
-                            cache_hit=True, build_seconds=time.perf_counter() - started)
+        return attrs.evolve(
+            stored,
+            source=str(source_path),
+            path=str(copy),
+            interface=interface,
+            cache_hit=True,
+            build_seconds=time.perf_counter() - started,
+        )
 
     staging = staging_folder(entry)
     try:

@@ -41,8 +41,10 @@ def read_tree(path: str | Path) -> tuple[str, ast.Module]:
         tree = ast.parse(source, filename=str(path))
     except SyntaxError as exc:
         where = f"{path}:{exc.lineno}" if exc.lineno else str(path)
-        raise ConfigError(f"{where}: syntax error: {exc.msg}",
-                          hint="fix the Python syntax; kopt reads the file before running anything") from None
+        raise ConfigError(
+            f"{where}: syntax error: {exc.msg}",
+            hint="fix the Python syntax; kopt reads the file before running anything",
+        ) from None
     return source, tree
 
 
@@ -84,27 +86,33 @@ def parse_kernel(path: str | Path, dims: dict | None = None) -> KernelInterface:
     where = f"{path}:{setup.lineno}: setup"
     if args.posonlyargs:
         names = ", ".join(a.arg for a in args.posonlyargs)
-        raise ConfigError(f"{where} has positional-only parameters ({names}); kopt calls "
-                          "setup(**dims, seed=SEED) with keywords",
-                          hint="remove the `/` from setup's parameters")
+        raise ConfigError(
+            f"{where} has positional-only parameters ({names}); kopt calls "
+            "setup(**dims, seed=SEED) with keywords",
+            hint="remove the `/` from setup's parameters",
+        )
     named = [*args.args, *args.kwonlyargs]
     if not any(a.arg == SEED for a in named) and args.kwarg is None:
         raise ConfigError(
             f"{where}({', '.join(a.arg for a in named)}) has no `seed` parameter; kopt calls "
             "setup(**dims, seed=SEED) once per correctness seed and expects fresh random inputs each time",
             hint="add `seed=None` to setup and draw the inputs from "
-                 "torch.Generator(device=DEVICE).manual_seed(seed)",
+            "torch.Generator(device=DEVICE).manual_seed(seed)",
         )
     if run_kernel.args.posonlyargs:
-        raise ConfigError(f"{path}:{run_kernel.lineno}: run_kernel has positional-only parameters; kopt "
-                          "calls run_kernel(**inputs) with keywords",
-                          hint="remove the `/` from run_kernel's parameters")
+        raise ConfigError(
+            f"{path}:{run_kernel.lineno}: run_kernel has positional-only parameters; kopt "
+            "calls run_kernel(**inputs) with keywords",
+            hint="remove the `/` from run_kernel's parameters",
+        )
 
     # Defaults align with the last parameters of each group.
     missing_defaults: list[ast.expr | None] = [None] * (len(args.args) - len(args.defaults))
     positional_defaults = missing_defaults + list(args.defaults)
-    defaults = [*zip(args.args, positional_defaults, strict=True),
-                *zip(args.kwonlyargs, args.kw_defaults, strict=True)]
+    defaults = [
+        *zip(args.args, positional_defaults, strict=True),
+        *zip(args.kwonlyargs, args.kw_defaults, strict=True),
+    ]
     params = []
     for arg, default in defaults:
         if arg.arg == SEED:
@@ -113,8 +121,9 @@ def parse_kernel(path: str | Path, dims: dict | None = None) -> KernelInterface:
             continue  # an optional setting of setup, not given: setup uses its own default
         ctype, dtype = _scalar_type(arg, default)
         params.append(Param(name=arg.arg, kind="scalar", ctype=ctype, dtype=dtype))
-    return KernelInterface(entry=SETUP, params=params, source=str(path), line=setup.lineno,
-                           dynamic_buffers=True)
+    return KernelInterface(
+        entry=SETUP, params=params, source=str(path), line=setup.lineno, dynamic_buffers=True
+    )
 
 
 def _is_autotune(decorator: ast.expr) -> bool:

@@ -94,8 +94,9 @@ class TritonLauncher:
         self.device = "cpu" if self.interpret else "cuda"
         missing = [name for name in ("setup", "run_kernel") if not callable(getattr(module, name, None))]
         if missing:
-            raise AttributeError(f"{artifact.source} defines no callable {' or '.join(missing)} once "
-                                 "imported")
+            raise AttributeError(
+                f"{artifact.source} defines no callable {' or '.join(missing)} once imported"
+            )
         self._setup: Callable[..., Any] = module.setup
         self._run_kernel: Callable[..., Any] = module.run_kernel
         self._launched = False
@@ -113,15 +114,20 @@ class TritonLauncher:
             raise SetupResultError(f"{expected}, got {type(result).__name__}")
         inputs, outputs = result.get("inputs"), result.get("outputs")
         if not isinstance(inputs, dict) or not all(isinstance(name, str) for name in inputs):
-            raise SetupResultError(f"{expected}; its 'inputs' is {type(inputs).__name__}, not a dict keyed "
-                                   f"by name (keys returned: {sorted(map(str, result))})")
+            raise SetupResultError(
+                f"{expected}; its 'inputs' is {type(inputs).__name__}, not a dict keyed "
+                f"by name (keys returned: {sorted(map(str, result))})"
+            )
         if isinstance(outputs, str) or not isinstance(outputs, (list, tuple)):
-            raise SetupResultError(f"{expected}; its 'outputs' is {type(outputs).__name__}, not a list of "
-                                   "names")
+            raise SetupResultError(
+                f"{expected}; its 'outputs' is {type(outputs).__name__}, not a list of names"
+            )
         unknown = [name for name in outputs if name not in inputs]
         if unknown:
-            raise SetupResultError(f"setup()'s outputs {unknown} are not among its inputs {sorted(inputs)}; "
-                                   "name the tensors (inside 'inputs') that the kernel writes")
+            raise SetupResultError(
+                f"setup()'s outputs {unknown} are not among its inputs {sorted(inputs)}; "
+                "name the tensors (inside 'inputs') that the kernel writes"
+            )
         return dict(inputs), tuple(outputs)
 
     def bind(self, args: dict) -> Callable[[], None]:
@@ -347,22 +353,27 @@ def _pin(name: str, tuner: Any, launched: bool) -> dict:
         pin["config"] = None
         pin["reason"] = (
             "run_kernel has not launched it yet (the configuration is chosen at the first launch)"
-            if not launched else
-            "run_kernel ran but Triton's Autotuner exposes no best_config for this kernel (was it launched "
+            if not launched
+            else "run_kernel ran but Triton's Autotuner exposes no best_config for this kernel (was it launched "
             "by run_kernel? a kernel only defined, or launched through another name, is not tuned here)"
         )
         return pin
     try:
         pin.update(config_fields(config))
     except Exception as exc:  # noqa: BLE001 - a Config shape this code does not know: say so, never crash
-        return {"kernel": name, "config": None,
-                "reason": f"cannot read the chosen config: {type(exc).__name__}: {exc}"}
+        return {
+            "kernel": name,
+            "config": None,
+            "reason": f"cannot read the chosen config: {type(exc).__name__}: {exc}",
+        }
     index = next((i for i, candidate in enumerate(configs) if candidate is config), None)
     if index is not None:
         pin["index"] = index
     pin["candidates"] = len(configs)
     if len(cache) > 1:
         pin["keys_tuned"] = len(cache)
-        pin["note"] = (f"tuned for {len(cache)} different keys (argument values in key=); this is the "
-                       "configuration of the last launch")
+        pin["note"] = (
+            f"tuned for {len(cache)} different keys (argument values in key=); this is the "
+            "configuration of the last launch"
+        )
     return pin

@@ -124,5 +124,7 @@ def disassemble_cubins(artifact: Artifact) -> str:
 
     cubins = sorted((Path(artifact.path).parent / CACHE_FOLDER).rglob("*.cubin"))
     if not cubins:
-        raise SassToolError(f"no cubin for {artifact.source}: run it once (kopt bench) so that Triton compiles it")
+        raise SassToolError(
+            f"no cubin for {artifact.source}: run it once (kopt bench) so that Triton compiles it"
+        )
     return "\n".join(disassemble(cubin) for cubin in cubins)

@@ -63,8 +63,16 @@ def _jit_function(fn: Any) -> Any:
     raise TypeError(f"{fn!r} is not a @triton.jit function")
 
 
-def compile_for(fn: Any, signature: dict, constexprs: dict, arch: int | str = 90, *, num_warps: int = 4,
-                num_stages: int = 3, options: dict | None = None) -> bytes:
+def compile_for(
+    fn: Any,
+    signature: dict,
+    constexprs: dict,
+    arch: int | str = 90,
+    *,
+    num_warps: int = 4,
+    num_stages: int = 3,
+    options: dict | None = None,
+) -> bytes:
     """Compile the @triton.jit function ``fn`` for sm_``arch`` and return the cubin, with no GPU.
 
     ``signature`` maps each runtime argument to its Triton type ("*fp16", "i32", "fp32"...);
@@ -85,8 +93,9 @@ def compile_for(fn: Any, signature: dict, constexprs: dict, arch: int | str = 90
         raise ValueError(f"{jit_fn.__name__} has no argument(s) {unknown}; its arguments: {jit_fn.arg_names}")
     missing = [name for name in jit_fn.arg_names if name not in signature and name not in constexprs]
     if missing:
-        raise ValueError(f"give a type (signature) or a value (constexprs) for {missing} of "
-                         f"{jit_fn.__name__}")
+        raise ValueError(
+            f"give a type (signature) or a value (constexprs) for {missing} of {jit_fn.__name__}"
+        )
     full_signature = {name: signature.get(name, "constexpr") for name in jit_fn.arg_names}
     accepted = inspect.signature(ASTSource.__init__).parameters
     if "constexprs" in accepted:
@@ -94,11 +103,14 @@ def compile_for(fn: Any, signature: dict, constexprs: dict, arch: int | str = 90
     elif "constants" in accepted:
         source = ASTSource(fn=jit_fn, signature=full_signature, constants=dict(constexprs))
     else:
-        raise RuntimeError(f"Triton {triton.__version__}: ASTSource takes neither constexprs= nor "
-                           "constants=; kopt supports Triton 3.2 and later")
+        raise RuntimeError(
+            f"Triton {triton.__version__}: ASTSource takes neither constexprs= nor "
+            "constants=; kopt supports Triton 3.2 and later"
+        )
     target = GPUTarget("cuda", _arch_number(arch), 32)
-    compiled = triton.compile(source, target=target,
-                              options={"num_warps": num_warps, "num_stages": num_stages, **(options or {})})
+    compiled = triton.compile(
+        source, target=target, options={"num_warps": num_warps, "num_stages": num_stages, **(options or {})}
+    )
     cubin = compiled.asm["cubin"]
     return bytes(cubin)
 

@@ -19,8 +19,14 @@ HAS_GPU = shutil.which("nvidia-smi") is not None
 
 def kopt(*args: str, cwd: Path | None = None, plugins: str = "cuda") -> subprocess.CompletedProcess:
     env = dict(os.environ, KOPT_PLUGINS=plugins, COLUMNS="200")
-    return subprocess.run([sys.executable, "-m", "kopt_core.cli", *map(str, args)], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "kopt_core.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=300,
+    )
 
 
 @pytest.fixture
@@ -111,7 +117,9 @@ def test_plugins_and_backends_commands(tmp_path):
     proc = kopt("plugins", plugins="cuda")
     assert proc.returncode == 0
     rows = json.loads(proc.stdout)
-    assert rows[0]["name"] == "cuda" and "kopt_compile" in rows[0]["hooks"] and rows[0]["package"] == "kopt-cuda"
+    assert (
+        rows[0]["name"] == "cuda" and "kopt_compile" in rows[0]["hooks"] and rows[0]["package"] == "kopt-cuda"
+    )
     proc = kopt("backends", "--json", plugins="cuda,triton,cutlass")
     assert proc.returncode == 0
     names = {row["name"]: row for row in json.loads(proc.stdout)}

@@ -42,8 +42,12 @@ def pm(make_pm):
 
 def test_cutlass_files_are_detected_as_cutlass_and_plain_cuda_as_cuda(pm):
     registry = BackendRegistry.from_plugins(pm)
-    cutlass_files = (SM80 / "kernel.cu", SM90 / "kernel.cu", WRONG / "gemm_sm80_wrong.cu",
-                     WRONG / "gemm_sm90_wrong.cu")
+    cutlass_files = (
+        SM80 / "kernel.cu",
+        SM90 / "kernel.cu",
+        WRONG / "gemm_sm80_wrong.cu",
+        WRONG / "gemm_sm90_wrong.cu",
+    )
     for path in cutlass_files:
         assert registry.detect(path).name == "cutlass", path
     assert registry.detect(EXAMPLES / "cuda" / "sgemm_naive" / "kernel.cu").name == "cuda"
@@ -66,7 +70,12 @@ def test_preflight_parses_solve_and_the_reference_fits(pm, kernel, ref, b_shape)
     interface = report.interface
     assert interface.entry == "solve"
     assert [(p.name, p.kind) for p in interface.params] == [
-        ("A", "buffer"), ("B", "buffer"), ("C", "buffer"), ("M", "scalar"), ("N", "scalar"), ("K", "scalar"),
+        ("A", "buffer"),
+        ("B", "buffer"),
+        ("C", "buffer"),
+        ("M", "scalar"),
+        ("N", "scalar"),
+        ("K", "scalar"),
     ]
     buffers = {p.name: p for p in interface.buffers}
     assert {name: p.dtype for name, p in buffers.items()} == {"A": "float16", "B": "float16", "C": "float16"}

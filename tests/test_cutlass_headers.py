@@ -9,8 +9,9 @@ import pytest
 from kopt_cutlass.headers import CutlassHeaders, compile_flags, discover, find_cutlass, read_version
 
 
-def make_tree(include: Path, *, cute: bool = True, version: tuple[int, int, int] | None = (3, 5, 1),
-              util: bool = False) -> Path:
+def make_tree(
+    include: Path, *, cute: bool = True, version: tuple[int, int, int] | None = (3, 5, 1), util: bool = False
+) -> Path:
     """A fake CUTLASS include directory at ``include`` (and tools/util/include beside it if ``util``)."""
     (include / "cutlass").mkdir(parents=True)
     (include / "cutlass" / "cutlass.h").write_text("#pragma once\n")
@@ -163,8 +164,9 @@ def test_missing_cutlass_h_is_rejected(tmp_path):
 def test_version_parsing(tmp_path):
     assert read_version(make_tree(tmp_path / "a" / "include", version=(4, 0, 12))) == "4.0.12"
     assert read_version(make_tree(tmp_path / "b" / "include", version=None)) == ""
-    found = find_cutlass({"CUTLASS_INCLUDE_DIR": str(tmp_path / "b" / "include")},
-                         wheel_root=tmp_path / "w", system_globs=())
+    found = find_cutlass(
+        {"CUTLASS_INCLUDE_DIR": str(tmp_path / "b" / "include")}, wheel_root=tmp_path / "w", system_globs=()
+    )
     assert found is not None and found.version == ""
 
 

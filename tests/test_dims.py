@@ -8,7 +8,10 @@ from kopt_core.errors import ConfigError
 
 def test_seed_spelling_and_json_merge():
     assert parse_dims('{"M": 4096, "alpha": 0.5}', ["--N=2048", "--K", "1_024"]) == {
-        "M": 4096, "alpha": 0.5, "N": 2048, "K": 1024,
+        "M": 4096,
+        "alpha": 0.5,
+        "N": 2048,
+        "K": 1024,
     }
     assert parse_dims('{"M": 1}', ["--M=2"]) == {"M": 2}  # the command line wins
     assert parse_dims(None, ["--N=0x100"]) == {"N": 256}

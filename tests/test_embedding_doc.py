@@ -31,8 +31,9 @@ def ran(tmp_path_factory):
     script = tmp / "example.py"
     script.write_text(example_source())
     env = dict(os.environ, TMPDIR=str(tmp), KOPT_PLUGINS="")
-    proc = subprocess.run([sys.executable, str(script)], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(script)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     work = Path(line_after(lines, "work: "))
@@ -41,7 +42,7 @@ def ran(tmp_path_factory):
 
 
 def line_after(lines: list[str], prefix: str) -> str:
-    found = [line[len(prefix):] for line in lines if line.startswith(prefix)]
+    found = [line[len(prefix) :] for line in lines if line.startswith(prefix)]
     assert len(found) == 1, f"expected one line starting {prefix!r} in:\n" + "\n".join(lines)
     return found[0]
 
@@ -50,7 +51,8 @@ def test_the_example_benches_a_correct_and_a_wrong_kernel(ran):
     lines, work = ran
     assert line_after(lines, "bench saxpy.py: ") == "exit 0, status ok, correct True, timed True, stage None"
     assert line_after(lines, "bench saxpy_wrong.py: ") == (
-        "exit 2, status failed, correct False, timed False, stage correctness")
+        "exit 2, status failed, correct False, timed False, stage correctness"
+    )
     good = json.loads((work / "saxpy.bench.json").read_text())
     assert good["status"] == "ok" and good["kernel_timing"]["median_ms"] > 0
     wrong = json.loads((work / "saxpy_wrong.bench.json").read_text())
@@ -111,9 +113,17 @@ def test_the_signatures_on_the_page_are_the_code_s():
     import kopt_core
 
     shown = SIGNATURE.findall(DOC.read_text())
-    assert {name for name, _ in shown} >= {"bench_kernel", "profile_standalone", "select_standalone",
-                                            "check_sass", "init_run", "seed_baseline", "open_iteration",
-                                            "select_in_run", "run_status"}
+    assert {name for name, _ in shown} >= {
+        "bench_kernel",
+        "profile_standalone",
+        "select_standalone",
+        "check_sass",
+        "init_run",
+        "seed_baseline",
+        "open_iteration",
+        "select_in_run",
+        "run_status",
+    }
     for name, arguments in shown:
         written = [a.split("=")[0].strip() for a in arguments.split(",") if a.strip() not in ("*", "")]
         actual = list(inspect.signature(getattr(kopt_core, name)).parameters)

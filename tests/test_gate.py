@@ -21,16 +21,24 @@ from kopt_core.steps.gate import COUNTER_METRICS, check_counters, run_gate
 from kopt_core.tools import find_tool
 
 # The real gate's refusals need a machine without a GPU (tests/gpu/test_gate_gpu.py covers the other kind).
-no_gpu = pytest.mark.skipif(shutil.which("nvidia-smi") is not None,
-                            reason="this machine has an NVIDIA driver: tests/gpu/test_gate_gpu.py covers it")
+no_gpu = pytest.mark.skipif(
+    shutil.which("nvidia-smi") is not None,
+    reason="this machine has an NVIDIA driver: tests/gpu/test_gate_gpu.py covers it",
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def kopt(*args: str, cwd: Path, extra_env: dict | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, KOPT_PLUGINS="cuda", COLUMNS="200", **(extra_env or {}))
-    return subprocess.run([sys.executable, "-m", "kopt_core.cli", *map(str, args)], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "kopt_core.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=300,
+    )
 
 
 def tool(env: Env, name: str):
@@ -105,7 +113,9 @@ def test_cli_exits_3_with_the_no_gpu_message(tmp_path):
 
 @no_gpu
 def test_cli_diagnostic_exits_0_and_never_authorises(tmp_path):
-    proc = kopt("gate", "--diagnostic", "--attempts", "1", "--json", "--out", tmp_path / "env.json", cwd=tmp_path)
+    proc = kopt(
+        "gate", "--diagnostic", "--attempts", "1", "--json", "--out", tmp_path / "env.json", cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads((tmp_path / "env.json").read_text())
     assert data["generation_allowed"] is False and data["diagnostic"] is True
@@ -136,16 +146,23 @@ def test_a_gpu_listed_by_nvidia_smi_without_a_cuda_context_is_refused(tmp_path, 
     assert not any(p.startswith("no NVIDIA GPU") for p in env.problems)
     context = next(p for p in env.problems if p.startswith("CUDA context could not be created"))
     assert "CPU-only" in context or "torch" in context.lower()
-    assert env.gpu == EnvGpu(name="NVIDIA H200", capability="9.0", driver="580.159.04", memory_mib=143771,
-                             index=0, count=1, source="nvidia-smi")
+    assert env.gpu == EnvGpu(
+        name="NVIDIA H200",
+        capability="9.0",
+        driver="580.159.04",
+        memory_mib=143771,
+        index=0,
+        count=1,
+        source="nvidia-smi",
+    )
     assert any("counters were not checked" in p for p in env.problems)
 
 
 # ------------------------------------------------------------------------------- the counter check, faked
 
 RAW = (
-    '==PROF== Connected to process 1 (/usr/bin/python3)\n'
-    'KOPT_GATE kernel ran\n'
+    "==PROF== Connected to process 1 (/usr/bin/python3)\n"
+    "KOPT_GATE kernel ran\n"
     '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
     '"Device","CC","gpu__time_duration.sum","sm__throughput.avg.pct_of_peak_sustained_elapsed"\n'
     '"","","","","","","","","","","","usecond","%"\n'
@@ -173,8 +190,10 @@ def test_counters_without_numbers_fail(tmp_path):
 
 
 def test_counter_permission_error_is_said_plainly(tmp_path):
-    text = ("==PROF== Connected to process 1\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to "
-            "access NVIDIA GPU Performance Counters on the target device 0.\n")
+    text = (
+        "==PROF== Connected to process 1\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to "
+        "access NVIDIA GPU Performance Counters on the target device 0.\n"
+    )
     values, why = check_counters(fake_ncu(tmp_path, text, code=1))
     assert values == {}
     assert "forbids counters for this user" in why and "NVreg_RestrictProfilingToAdminUsers=0" in why
@@ -182,5 +201,7 @@ def test_counter_permission_error_is_said_plainly(tmp_path):
 
 
 def test_ncu_output_without_a_table_fails(tmp_path):
-    values, why = check_counters(fake_ncu(tmp_path, "==ERROR== the application returned an error code (1)\n", 1))
+    values, why = check_counters(
+        fake_ncu(tmp_path, "==ERROR== the application returned an error code (1)\n", 1)
+    )
     assert values == {} and "ncu read no counters" in why

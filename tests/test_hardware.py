@@ -8,8 +8,15 @@ from kopt_core.hardware import arch_for_capability, detect_gpus
 
 @pytest.mark.parametrize(
     ("capability", "arch"),
-    [("9.0", "sm_90a"), ("10.0", "sm_100a"), ("10.3", "sm_103a"), ("8.0", "sm_80"), ("8.9", "sm_89"),
-     ("12.0", "sm_120"), ("7.5", "sm_75")],
+    [
+        ("9.0", "sm_90a"),
+        ("10.0", "sm_100a"),
+        ("10.3", "sm_103a"),
+        ("8.0", "sm_80"),
+        ("8.9", "sm_89"),
+        ("12.0", "sm_120"),
+        ("7.5", "sm_75"),
+    ],
 )
 def test_arch_for_capability(capability, arch):
     assert arch_for_capability(capability) == arch
@@ -28,7 +35,9 @@ def test_no_driver_means_no_gpu_with_a_reason(monkeypatch):
 
 def test_nvidia_smi_output_is_parsed(monkeypatch, tmp_path):
     smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho '0, NVIDIA H200, 9.0, 580.159.04, 143771'\necho '1, NVIDIA H200, 9.0, 580.159.04, 143771'\n")
+    smi.write_text(
+        "#!/bin/sh\necho '0, NVIDIA H200, 9.0, 580.159.04, 143771'\necho '1, NVIDIA H200, 9.0, 580.159.04, 143771'\n"
+    )
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")

@@ -48,12 +48,18 @@ def test_a_correct_kernel_passes_and_is_timed(bench):
     assert exit_code(result) == 0, result.error
     assert result.status == "ok" and result.correctness_pass and result.timing_valid
     phases = [(c.seed, c.phase, c.passed) for c in result.correctness]
-    assert phases == [(0, "before_timing", True), (1, "before_timing", True), (1_000_003, "after_timing", True)]
+    assert phases == [
+        (0, "before_timing", True),
+        (1, "before_timing", True),
+        (1_000_003, "after_timing", True),
+    ]
     timing = result.kernel_timing
     assert timing.clock == "host" and timing.n >= 5 and len(timing.samples_ms) == timing.n
     assert timing.min_ms <= timing.median_ms <= timing.p95_ms <= timing.max_ms
     assert result.reference_timing is not None and result.speedup_vs_reference > 0
-    assert [b.name for b in result.buffers] == ["x", "y"] and result.buffers[1].sized_by == "reference buffers()"
+    assert [b.name for b in result.buffers] == ["x", "y"] and result.buffers[
+        1
+    ].sized_by == "reference buffers()"
     assert result.workload is None  # this reference has no workload_model
 
 
@@ -148,7 +154,9 @@ def test_a_kernel_relying_on_zeroed_outputs_passes_and_is_flagged(bench):
 
 
 def test_a_kernel_that_raises_fails_that_candidate(bench):
-    result = bench("def solve(x, y, N: int):\n    raise RuntimeError('CUDA error: an illegal memory access')\n")
+    result = bench(
+        "def solve(x, y, N: int):\n    raise RuntimeError('CUDA error: an illegal memory access')\n"
+    )
     assert exit_code(result) == 2 and result.status == "failed"
     assert "illegal memory access" in result.error
 
@@ -175,6 +183,8 @@ def test_a_reference_that_raises_is_a_configuration_error(bench):
 
 
 def test_a_reference_whose_arguments_do_not_match_is_refused_before_any_run(bench):
-    ref = REF.replace("def reference(x, y, N):", "def reference(a, b, N):").replace("y.copy_(2.5 * x)", "pass")
+    ref = REF.replace("def reference(x, y, N):", "def reference(a, b, N):").replace(
+        "y.copy_(2.5 * x)", "pass"
+    )
     with pytest.raises(ConfigError, match=r"reference\(a, b, N\) cannot take the kernel's arguments"):
         bench("def solve(x, y, N: int):\n    torch.mul(x, 2.5, out=y)\n", ref=ref)

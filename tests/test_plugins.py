@@ -9,9 +9,9 @@ import types
 import pluggy
 import pytest
 
-import kopt_example_backend
 import kopt_cuda.plugin
 import kopt_cutlass.plugin
+import kopt_example_backend
 import kopt_triton.plugin
 from kopt_core import hookimpl
 from kopt_core.backends import BackendRegistry
@@ -36,7 +36,12 @@ def test_describe_lists_hooks_of_registered_plugins(make_pm):
     rows = {row["name"]: row for row in describe_plugins(pm)}
     # Bench, profile and SASS verification are the core's defaults: the CUDA backend implements only the rest.
     assert set(rows["kopt_cuda.plugin"]["hooks"]) == {
-        "kopt_register_backends", "kopt_probe", "kopt_preflight", "kopt_compile", "kopt_disassemble"}
+        "kopt_register_backends",
+        "kopt_probe",
+        "kopt_preflight",
+        "kopt_compile",
+        "kopt_disassemble",
+    }
     assert "kopt_register_backends" in rows["kopt_example_backend"]["hooks"]
 
 
@@ -63,8 +68,11 @@ def test_a_plugin_that_fails_to_import_is_reported_not_fatal(monkeypatch):
         raise ImportError("libfoo.so: cannot open shared object file")
 
     monkeypatch.setenv("KOPT_PLUGINS", "cuda,triton")
-    monkeypatch.setattr(importlib.metadata.EntryPoint, "load",
-                        lambda self: broken_load(self) if self.name == "cuda" else importlib.import_module(self.value))
+    monkeypatch.setattr(
+        importlib.metadata.EntryPoint,
+        "load",
+        lambda self: broken_load(self) if self.name == "cuda" else importlib.import_module(self.value),
+    )
     pm = get_plugin_manager()
     rows = {row["name"]: row for row in describe_plugins(pm)}
     assert "libfoo.so" in rows["cuda"]["error"]
@@ -158,7 +166,9 @@ class Recording:
     @hookimpl
     def kopt_sass_verify(self, artifact, signatures):
         self.calls.append(("kopt_sass_verify", artifact.backend))
-        return [SassVerdict(method=m, status="inconclusive", expected="", reason=self.backend) for m in signatures]
+        return [
+            SassVerdict(method=m, status="inconclusive", expected="", reason=self.backend) for m in signatures
+        ]
 
 
 def test_each_call_reaches_the_owner_alone(make_pm, tmp_path):
@@ -175,7 +185,12 @@ def test_each_call_reaches_the_owner_alone(make_pm, tmp_path):
     assert [v.reason for v in hooks.sass_verify(artifact, ["memory.tma"], "sm_90a")] == ["second"]
     assert first.calls == []
     assert [hook for hook, backend in second.calls if backend == "second"] == [
-        "kopt_probe", "kopt_preflight", "kopt_compile", "kopt_disassemble", "kopt_sass_verify"]
+        "kopt_probe",
+        "kopt_preflight",
+        "kopt_compile",
+        "kopt_disassemble",
+        "kopt_sass_verify",
+    ]
 
 
 class Minimal:
@@ -199,7 +214,9 @@ def test_optional_hooks_fall_back_to_the_core_defaults(make_pm, tmp_path):
     from kopt_core.sass import SassToolError
 
     hooks = BackendRegistry.from_plugins(make_pm(Minimal(), Recording("other"))).hooks("minimal")
-    artifact = hooks.compile(Candidate(path=str(tmp_path / "k.m"), backend="minimal"), tmp_path, Toolchain(arch=""))
+    artifact = hooks.compile(
+        Candidate(path=str(tmp_path / "k.m"), backend="minimal"), tmp_path, Toolchain(arch="")
+    )
     probe = hooks.probe()
     assert probe.available and probe.backend == "minimal"
     request = BenchRequest(artifact=artifact, reference="ref.py", dims={})
@@ -237,6 +254,7 @@ def test_a_hook_that_returns_nothing_is_reported(make_pm, tmp_path):
 def test_public_api_names_resolve():
     import kopt_core
 
+    assert set(kopt_core.__all__) == {"__version__", "hookimpl", *kopt_core._PUBLIC}
     for name in kopt_core.__all__:
         assert getattr(kopt_core, name) is not None, name
     with pytest.raises(AttributeError):

@@ -58,8 +58,14 @@ def tutorial(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, MODULE, module)
     spec.loader.exec_module(module)
     pm = get_plugin_manager(autoload=False, plugins=(module,))
-    return SimpleNamespace(dir=tmp_path, blocks=blocks, module=module, pm=pm,
-                           kernel=tmp_path / "kernel.kpy", ref=tmp_path / "ref.py")
+    return SimpleNamespace(
+        dir=tmp_path,
+        blocks=blocks,
+        module=module,
+        pm=pm,
+        kernel=tmp_path / "kernel.kpy",
+        ref=tmp_path / "ref.py",
+    )
 
 
 def test_the_page_labels_one_module_a_kernel_and_a_reference():
@@ -89,7 +95,9 @@ def test_the_tutorial_kernel_is_correct_and_timed(tutorial):
     assert result.status == "ok" and result.correctness_pass and result.timing_valid
     assert result.backend == "kpy" and result.device.name == "cpu"
     assert [(b.name, b.role, b.realised_shape) for b in result.buffers] == [
-        ("x", "input", (65536,)), ("y", "output", (65536,))]
+        ("x", "input", (65536,)),
+        ("y", "output", (65536,)),
+    ]
     assert all(check.passed for check in result.correctness)
     assert result.kernel_timing.n >= 5 and result.kernel_timing.median_ms > 0
     assert result.build.launcher == f"{MODULE}:load"

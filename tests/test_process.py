@@ -10,8 +10,10 @@ from kopt_core.process import run_in_group
 
 
 def test_output_and_exit_code_come_back():
-    ran = run_in_group([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"],
-                       timeout_s=60)
+    ran = run_in_group(
+        [sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"],
+        timeout_s=60,
+    )
     assert (ran.returncode, ran.stdout.strip(), ran.stderr.strip(), ran.timed_out) == (3, "out", "err", False)
     assert ran.tail() == "err | out"
 
@@ -19,10 +21,12 @@ def test_output_and_exit_code_come_back():
 def test_a_timeout_kills_the_grandchildren_too(tmp_path):
     marker = tmp_path / "grandchild.pid"
     # the child starts a grandchild that would outlive it, then hangs
-    script = (f"import subprocess, sys, time\n"
-              f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
-              f"open({str(marker)!r}, 'w').write(str(p.pid))\n"
-              f"time.sleep(60)\n")
+    script = (
+        f"import subprocess, sys, time\n"
+        f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(marker)!r}, 'w').write(str(p.pid))\n"
+        f"time.sleep(60)\n"
+    )
     started = time.perf_counter()
     ran = run_in_group([sys.executable, "-c", script], timeout_s=2)
     assert ran.timed_out and ran.returncode is None and time.perf_counter() - started < 30
@@ -41,6 +45,9 @@ def test_a_missing_program_and_a_log_file(tmp_path):
     missing = run_in_group([str(tmp_path / "no_such_tool")], timeout_s=5)
     assert missing.returncode is None and not missing.timed_out and "FileNotFoundError" in missing.error
     log = tmp_path / "tool.log"
-    logged = run_in_group([sys.executable, "-c", "import sys; print('to log'); print('also', file=sys.stderr)"],
-                          timeout_s=60, log_path=log)
+    logged = run_in_group(
+        [sys.executable, "-c", "import sys; print('to log'); print('also', file=sys.stderr)"],
+        timeout_s=60,
+        log_path=log,
+    )
     assert logged.returncode == 0 and logged.stdout == "" and log.read_text().split() == ["to", "log", "also"]

@@ -16,13 +16,29 @@ SGEMM = REPO / "examples" / "cuda" / "sgemm_naive"
 
 
 def kopt(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kopt_core.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, KOPT_PLUGINS=""))
+    return subprocess.run(
+        [sys.executable, "-m", "kopt_core.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, KOPT_PLUGINS=""),
+    )
 
 
 def test_import_with_a_workload_model_gives_a_real_roofline(tmp_path):
-    proc = kopt("profile", "--import", FIXTURES / "naive_full_raw.csv", "--ref", SGEMM / "ref.py", "--M=2048",
-                "--N=2048", "--K=2048", "--out", tmp_path, "--json")
+    proc = kopt(
+        "profile",
+        "--import",
+        FIXTURES / "naive_full_raw.csv",
+        "--ref",
+        SGEMM / "ref.py",
+        "--M=2048",
+        "--N=2048",
+        "--K=2048",
+        "--out",
+        tmp_path,
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["ncu_duration_ms"] == pytest.approx(3.140224)
@@ -68,7 +84,8 @@ def test_the_peak_dtype_of_an_imported_report_is_the_input_with_most_bytes(tmp_p
         "    M = dims['M']\n"
         "    return {'a': {'shape': (M,), 'role': 'input', 'dtype': 'float16'},\n"
         "            'b': {'shape': (M * 3 // 5,), 'role': 'input', 'dtype': 'float32'},\n"
-        "            'c': {'shape': (M,), 'role': 'output', 'dtype': 'float16'}}\n")
+        "            'c': {'shape': (M,), 'role': 'output', 'dtype': 'float16'}}\n"
+    )
     # a: 1000 halves = 2000 bytes; b: 600 floats = 2400 bytes -> b bounds the kernel
     model, dtype = reference_evidence(ref, {"M": 1000, "N": 7})
     assert model == {"flops": 2000.0, "bytes_min": 4000.0} and dtype == "float32"

@@ -46,21 +46,58 @@ def _interface() -> KernelInterface:
 
 def _result() -> BenchResult:
     artifact = Artifact(
-        backend="cuda", source="k.cu", path="/tmp/lib.so", launcher="kopt_cuda.launch:load",
-        interface=_interface(), flags=["-O3"], resources=[KernelResources(name="_Z1kv", registers=32)],
+        backend="cuda",
+        source="k.cu",
+        path="/tmp/lib.so",
+        launcher="kopt_cuda.launch:load",
+        interface=_interface(),
+        flags=["-O3"],
+        resources=[KernelResources(name="_Z1kv", registers=32)],
     )
     stats = TimingStats(
-        mode="graph", l2="cold", clock="cuda_events", launches_per_sample=64, n=3, median_ms=0.01, p95_ms=0.012,
-        mean_ms=0.0105, min_ms=0.0098, max_ms=0.012, stddev_ms=0.001, cv=math.nan, median_ci_rel=math.inf,
-        stop_reason="time budget", warmup_ms=200.0, warmup_launches=1000, samples_ms=[0.0098, 0.01, 0.012],
+        mode="graph",
+        l2="cold",
+        clock="cuda_events",
+        launches_per_sample=64,
+        n=3,
+        median_ms=0.01,
+        p95_ms=0.012,
+        mean_ms=0.0105,
+        min_ms=0.0098,
+        max_ms=0.012,
+        stddev_ms=0.001,
+        cv=math.nan,
+        median_ci_rel=math.inf,
+        stop_reason="time budget",
+        warmup_ms=200.0,
+        warmup_launches=1000,
+        samples_ms=[0.0098, 0.01, 0.012],
     )
     check = CorrectnessCheck(
-        seed=0, phase="before_timing", output_init="poisoned", passed=False, inputs_unchanged=True,
-        buffers=[BufferCheck(buffer="y", passed=False, mismatches=2, numel=8,
-                             worst=Mismatch(buffer="y", index=[7], got=None, expected=1.5))],
+        seed=0,
+        phase="before_timing",
+        output_init="poisoned",
+        passed=False,
+        inputs_unchanged=True,
+        buffers=[
+            BufferCheck(
+                buffer="y",
+                passed=False,
+                mismatches=2,
+                numel=8,
+                worst=Mismatch(buffer="y", index=[7], got=None, expected=1.5),
+            )
+        ],
     )
-    return BenchResult(kernel="k.cu", backend="cuda", status="failed", build=artifact, kernel_timing=stats,
-                       correctness=[check], options=BenchOptions(seeds=[4, 5]))
+    return BenchResult(
+        kernel="k.cu",
+        backend="cuda",
+        status="failed",
+        build=artifact,
+        kernel_timing=stats,
+        correctness=[check],
+        options=BenchOptions(seeds=[4, 5]),
+    )
 
 
 def test_bench_result_round_trip_through_json(tmp_path):
@@ -84,12 +121,16 @@ def test_unknown_keys_are_tolerated_on_read():
 
 
 def test_bench_request_round_trip():
-    request = BenchRequest(artifact=_result().build, reference="ref.py", dims={"N": 4}, options=BenchOptions())
+    request = BenchRequest(
+        artifact=_result().build, reference="ref.py", dims={"N": 4}, options=BenchOptions()
+    )
     assert from_data(json.loads(json.dumps(to_data(request))), BenchRequest) == request
 
 
 def test_migration_steps_run_in_order(monkeypatch):
-    monkeypatch.setitem(conv.MIGRATIONS, "doc", {1: lambda d: {"schema_version": 1, "b": d["a"]}, 2: lambda d: {**d, "c": 3}})
+    monkeypatch.setitem(
+        conv.MIGRATIONS, "doc", {1: lambda d: {"schema_version": 1, "b": d["a"]}, 2: lambda d: {**d, "c": 3}}
+    )
     assert migrate("doc", {"schema_version": 1, "a": 2}, 3) == {"schema_version": 3, "b": 2, "c": 3}
     with pytest.raises(ValueError, match="newer"):
         migrate("doc", {"schema_version": 9}, 3)
@@ -134,8 +175,13 @@ def test_read_document_migrates_and_says_what_is_wrong(tmp_path, monkeypatch):
 
 
 def test_an_imported_profile_summary_leaves_what_it_does_not_know_unknown(tmp_path):
-    summary = ProfileSummary(report="r.csv", bundle="imported", bundle_reason="imported from r.csv",
-                             kernels=[ProfiledKernel(id=0, name="k", duration_ms=1.5)], ncu_duration_ms=1.5)
+    summary = ProfileSummary(
+        report="r.csv",
+        bundle="imported",
+        bundle_reason="imported from r.csv",
+        kernels=[ProfiledKernel(id=0, name="k", duration_ms=1.5)],
+        ncu_duration_ms=1.5,
+    )
     path = write_json(tmp_path / "profile.json", to_data(summary))
     data = read_json(path)
     assert data["sass"] is None and data["attempts"] == [] and data["harness_median_ms"] is None

@@ -51,8 +51,9 @@ def test_sampling_stops_at_the_time_budget():
 
 
 def test_summary_reports_per_launch_figures():
-    samples = Samples(device_ms=[10.0, 12.0, 11.0, 30.0], host_ms=[10.5, 12.5, 11.5, 30.5],
-                      stop_reason="time budget")
+    samples = Samples(
+        device_ms=[10.0, 12.0, 11.0, 30.0], host_ms=[10.5, 12.5, 11.5, 30.5], stop_reason="time budget"
+    )
     stats = summarize(samples, launches=10, mode="graph", l2="cold", clock="cuda_events", warmup=(100, 200.0))
     assert stats.median_ms == 1.15 and stats.min_ms == 1.0 and stats.max_ms == 3.0
     assert stats.samples_ms == (1.0, 1.2, 1.1, 3.0)

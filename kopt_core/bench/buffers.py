@@ -65,15 +65,21 @@ def plan_buffers(interface: KernelInterface, dims: dict, ref) -> tuple[tuple[Buf
     for param in interface.buffers:
         desc = described.get(param.name)
         if desc is not None and not isinstance(desc, dict):
-            raise ConfigError(f"{ref.path}: buffers()[{param.name!r}] must be a dict (shape, dtype, role, init)")
+            raise ConfigError(
+                f"{ref.path}: buffers()[{param.name!r}] must be a dict (shape, dtype, role, init)"
+            )
         if desc is not None and "shape" in desc:
             raw = desc["shape"] if isinstance(desc["shape"], (list, tuple)) else (desc["shape"],)
             try:
                 shape = tuple(int(s) for s in raw)
             except (TypeError, ValueError):
-                raise ConfigError(f"{ref.path}: buffers()[{param.name!r}]['shape'] must be integers") from None
+                raise ConfigError(
+                    f"{ref.path}: buffers()[{param.name!r}]['shape'] must be integers"
+                ) from None
             if not shape or any(s <= 0 for s in shape):
-                raise ConfigError(f"{ref.path}: buffers()[{param.name!r}] has shape {shape}; extents must be > 0")
+                raise ConfigError(
+                    f"{ref.path}: buffers()[{param.name!r}] has shape {shape}; extents must be > 0"
+                )
             sized_by = "reference buffers()"
             requested[param.name] = shape
         else:  # no description, or one that gives only dtype / role / init: the rule sizes it
@@ -88,7 +94,8 @@ def plan_buffers(interface: KernelInterface, dims: dict, ref) -> tuple[tuple[Buf
                 f"{interface.source}: parameter {param.name!r} ({param.ctype}) has no element type kopt can "
                 "allocate",
                 hint="describe it in the reference: buffers(**dims) returning "
-                + repr({param.name: {"dtype": "float32", "role": "input"}}) + " (a 'shape' is optional)",
+                + repr({param.name: {"dtype": "float32", "role": "input"}})
+                + " (a 'shape' is optional)",
             )
         if role not in ROLES:
             raise ConfigError(f"{ref.path}: buffers()[{param.name!r}] role {role!r} is not one of {ROLES}")
@@ -99,13 +106,17 @@ def plan_buffers(interface: KernelInterface, dims: dict, ref) -> tuple[tuple[Buf
             )
         init = desc.get("init") or default_init(dtype)
         if init not in INITS and not (isinstance(init, str) and init.startswith("randint:")):
-            raise ConfigError(f"{ref.path}: buffers()[{param.name!r}] init {init!r} is not one of {INITS} or "
-                              "'randint:LO:HI'")
-        specs.append(BufferSpec(name=param.name, dtype=dtype, shape=shape, role=role, init=init, sized_by=sized_by))
+            raise ConfigError(
+                f"{ref.path}: buffers()[{param.name!r}] init {init!r} is not one of {INITS} or "
+                "'randint:LO:HI'"
+            )
+        specs.append(
+            BufferSpec(name=param.name, dtype=dtype, shape=shape, role=role, init=init, sized_by=sized_by)
+        )
     return tuple(specs), requested
 
 
-def torch_dtype(name: str) -> "torch.dtype":
+def torch_dtype(name: str) -> torch.dtype:
     import torch
 
     dtype = getattr(torch, name, None)
@@ -114,7 +125,7 @@ def torch_dtype(name: str) -> "torch.dtype":
     return dtype
 
 
-def make_tensor(spec: BufferSpec, device: str, generator: "torch.Generator") -> "torch.Tensor":
+def make_tensor(spec: BufferSpec, device: str, generator: torch.Generator) -> torch.Tensor:
     """A fresh tensor filled as ``spec.init`` says (random data, never zeros, unless asked)."""
     import torch
 
@@ -131,11 +142,13 @@ def make_tensor(spec: BufferSpec, device: str, generator: "torch.Generator") -> 
     if init == "arange":
         return torch.arange(spec.numel, device=device).reshape(spec.shape).to(dtype)
     _, lo, hi = init.split(":")
-    values = torch.randint(int(lo), int(hi), spec.shape, generator=generator, device=device, dtype=torch.int64)
+    values = torch.randint(
+        int(lo), int(hi), spec.shape, generator=generator, device=device, dtype=torch.int64
+    )
     return values.to(dtype)
 
 
-def poison_(tensor: "torch.Tensor") -> "torch.Tensor":
+def poison_(tensor: torch.Tensor) -> torch.Tensor:
     """Fill an output so that an element the kernel never writes cannot pass: NaN, or a sentinel."""
     import torch
 

@@ -15,7 +15,9 @@ def _scalar(value: torch.Tensor) -> float | None:
 def compare(name: str, got: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> BufferCheck:
     if got.shape != expected.shape:
         return BufferCheck(
-            buffer=name, passed=False, numel=got.numel(),
+            buffer=name,
+            passed=False,
+            numel=got.numel(),
             note=f"shape {tuple(got.shape)} differs from the reference's {tuple(expected.shape)}",
         )
     g = got.detach().to(torch.float64).flatten()
@@ -44,8 +46,15 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, tol: Tolerance
     elif int(nan_got.sum()):
         note = f"{int(nan_got.sum())} elements are NaN (unwritten or invalid)"
     return BufferCheck(
-        buffer=name, passed=mismatches == 0, max_abs_err=max_abs, max_rel_err=max_rel,
-        mismatches=mismatches, numel=g.numel(), nan_count=int(nan_got.sum()), worst=worst, note=note,
+        buffer=name,
+        passed=mismatches == 0,
+        max_abs_err=max_abs,
+        max_rel_err=max_rel,
+        mismatches=mismatches,
+        numel=g.numel(),
+        nan_count=int(nan_got.sum()),
+        worst=worst,
+        note=note,
     )
 
 

@@ -46,27 +46,44 @@ def _run_in(folder: Path, request: BenchRequest) -> BenchResult:
     write_json(request_path, to_data(request))
     timeout = request.options.timeout_s
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    ran = run_in_group([sys.executable, "-m", "kopt_core.bench.worker", str(request_path), str(result_path)],
-                       timeout_s=timeout, env=env)
+    ran = run_in_group(
+        [sys.executable, "-m", "kopt_core.bench.worker", str(request_path), str(result_path)],
+        timeout_s=timeout,
+        env=env,
+    )
     stderr = ran.stderr or ran.error
     partial = from_data(read_json(result_path), BenchResult) if result_path.exists() else None
     if ran.timed_out:
-        return _failed(request, partial, "timeout",
-                       f"the worker did not finish within the {timeout:g} s timeout (a hung or endless kernel?); "
-                       "it was killed", stderr)
+        return _failed(
+            request,
+            partial,
+            "timeout",
+            f"the worker did not finish within the {timeout:g} s timeout (a hung or endless kernel?); "
+            "it was killed",
+            stderr,
+        )
     if ran.returncode != 0:
-        how = ("it could not start" if ran.returncode is None else
-               f"killed by signal {-ran.returncode}" if ran.returncode < 0 else f"exit code {ran.returncode}")
+        how = (
+            "it could not start"
+            if ran.returncode is None
+            else f"killed by signal {-ran.returncode}"
+            if ran.returncode < 0
+            else f"exit code {ran.returncode}"
+        )
         return _failed(request, partial, "worker", f"the worker process died ({how})", stderr)
     if partial is None:
         return _failed(request, None, "worker", "the worker exited without writing a result", stderr)
     return partial
 
 
-def _failed(request: BenchRequest, partial: BenchResult | None, stage: str, message: str, stderr: str) -> BenchResult:
+def _failed(
+    request: BenchRequest, partial: BenchResult | None, stage: str, message: str, stderr: str
+) -> BenchResult:
     tail = (stderr or "").strip()[-STDERR_TAIL:]
     error = message + (f"\nworker stderr (last lines):\n{tail}" if tail else "")
-    data = to_data(partial) if partial is not None else {k: to_data(v) for k, v in base_fields(request).items()}
+    data = (
+        to_data(partial) if partial is not None else {k: to_data(v) for k, v in base_fields(request).items()}
+    )
     # What the worker had established before it died (buffers, earlier checks) is kept as evidence.
     data.update(status="failed", error=error, error_stage=stage, timing_valid=False)
     return from_data(data, BenchResult)

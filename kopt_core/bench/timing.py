@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from attrs import field, frozen
 
@@ -162,7 +163,11 @@ def sample_until_stable(take: Callable[[], tuple[float, float]], options: BenchO
         n = len(device)
         if n >= options.max_samples:
             return Samples(device, host, "max samples")
-        if n >= options.min_samples and n % check_every == 0 and median_ci_rel(device) <= options.rel_precision:
+        if (
+            n >= options.min_samples
+            and n % check_every == 0
+            and median_ci_rel(device) <= options.rel_precision
+        ):
             return Samples(device, host, "precision reached")
         if time.perf_counter() - start >= options.budget_s and n >= 5:
             return Samples(device, host, "time budget")

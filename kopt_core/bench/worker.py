@@ -136,8 +136,12 @@ class WorkerRun:
         self._check_once(self.options.recheck_seed, "after_timing", zeroed=zeroed)
         if not self.checks[-1].passed:
             self.fields["correctness_pass"] = False
-            raise StageFailed("failed", "recheck", "after timing, with fresh inputs in the same buffers, the "
-                              f"kernel's output no longer matches the reference: {self.checks[-1].message}")
+            raise StageFailed(
+                "failed",
+                "recheck",
+                "after timing, with fresh inputs in the same buffers, the "
+                f"kernel's output no longer matches the reference: {self.checks[-1].message}",
+            )
         self.fields["timing_valid"] = True
         if self.options.time_reference:
             ref_stats = self._time_reference()
@@ -157,8 +161,12 @@ class WorkerRun:
             self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 50 << 20)
             gpus, _ = detect_gpus()
             self.fields["device"] = DeviceInfo(
-                name=props.name, capability=f"{props.major}.{props.minor}", sm_count=props.multi_processor_count,
-                l2_bytes=self.l2_bytes, memory_bytes=props.total_memory, torch=torch.__version__,
+                name=props.name,
+                capability=f"{props.major}.{props.minor}",
+                sm_count=props.multi_processor_count,
+                l2_bytes=self.l2_bytes,
+                memory_bytes=props.total_memory,
+                torch=torch.__version__,
                 driver=gpus[0].driver if gpus else "",
             )
             self.reference_clock = CudaEventClock()
@@ -185,16 +193,26 @@ class WorkerRun:
             self.scalars = {p.name: self.request.dims[p.name] for p in interface.scalars}
         self.fields["buffers"] = tuple(
             BufferReport(
-                name=s.name, dtype=s.dtype, role=s.role, requested_shape=requested[s.name], realised_shape=s.shape,
-                init=s.init, sized_by=s.sized_by, bytes=s.numel * buffer_plan.torch_dtype(s.dtype).itemsize,
+                name=s.name,
+                dtype=s.dtype,
+                role=s.role,
+                requested_shape=requested[s.name],
+                realised_shape=s.shape,
+                init=s.init,
+                sized_by=s.sized_by,
+                bytes=s.numel * buffer_plan.torch_dtype(s.dtype).itemsize,
             )
             for s in self.specs
         )
         checked = [s for s in self.specs if s.role != "input"]
         if not checked:
-            raise StageFailed("error", "reference", f"{interface.source}: {interface.entry} has no output "
-                              "buffer to check (non-const pointers are outputs; describe roles in buffers() if "
-                              "needed)")
+            raise StageFailed(
+                "error",
+                "reference",
+                f"{interface.source}: {interface.entry} has no output "
+                "buffer to check (non-const pointers are outputs; describe roles in buffers() if "
+                "needed)",
+            )
         self.tolerance = self.ref.tolerance(checked[0].dtype, self.options.atol, self.options.rtol)
         self.fields["tolerance"] = self.tolerance
 
@@ -206,12 +224,19 @@ class WorkerRun:
         try:
             args, outputs = self.provider(dict(self.request.dims), seed)
         except Exception as exc:
-            raise StageFailed("error", "reference", f"{self.request.artifact.source}: setup(**dims, "
-                              f"seed={seed}) raised {_describe(exc)}") from None
+            raise StageFailed(
+                "error",
+                "reference",
+                f"{self.request.artifact.source}: setup(**dims, seed={seed}) raised {_describe(exc)}",
+            ) from None
         missing = [name for name in outputs if not isinstance(args.get(name), torch.Tensor)]
         if missing:
-            raise StageFailed("error", "reference", f"{self.request.artifact.source}: setup() names outputs "
-                              f"{missing} that are not tensors among its inputs")
+            raise StageFailed(
+                "error",
+                "reference",
+                f"{self.request.artifact.source}: setup() names outputs "
+                f"{missing} that are not tensors among its inputs",
+            )
         return args, tuple(outputs)
 
     def _specs_from_provider(self):
@@ -220,22 +245,32 @@ class WorkerRun:
         specs, scalars = [], {}
         for name, value in args.items():
             if isinstance(value, torch.Tensor):
-                specs.append(BufferSpec(
-                    name=name, dtype=str(value.dtype).removeprefix("torch."), shape=tuple(value.shape),
-                    role="output" if name in outputs else "input", init="setup()", sized_by="setup()",
-                ))
+                specs.append(
+                    BufferSpec(
+                        name=name,
+                        dtype=str(value.dtype).removeprefix("torch."),
+                        shape=tuple(value.shape),
+                        role="output" if name in outputs else "input",
+                        init="setup()",
+                        sized_by="setup()",
+                    )
+                )
             else:
                 scalars[name] = value
         if not any(s.role == "output" for s in specs):
-            raise StageFailed("error", "reference",
-                              f"{self.request.artifact.source}: setup() returned no output tensor")
+            raise StageFailed(
+                "error", "reference", f"{self.request.artifact.source}: setup() returned no output tensor"
+            )
         return tuple(specs), scalars
 
     def _allocate(self) -> None:
         gen = self._generator(0)
         self.tensors = {
-            s.name: (torch.empty(s.shape, dtype=buffer_plan.torch_dtype(s.dtype), device=self.device)
-                     if s.init == "setup()" else buffer_plan.make_tensor(s, self.device, gen))
+            s.name: (
+                torch.empty(s.shape, dtype=buffer_plan.torch_dtype(s.dtype), device=self.device)
+                if s.init == "setup()"
+                else buffer_plan.make_tensor(s, self.device, gen)
+            )
             for s in self.specs
         }
 
@@ -251,11 +286,19 @@ class WorkerRun:
                 tensor.zero_() if zeroed else buffer_plan.poison_(tensor)
                 ref_args[spec.name] = torch.zeros_like(tensor)
             else:
-                fresh = provided[spec.name] if provided is not None else buffer_plan.make_tensor(spec, self.device, gen)
+                fresh = (
+                    provided[spec.name]
+                    if provided is not None
+                    else buffer_plan.make_tensor(spec, self.device, gen)
+                )
                 if tuple(fresh.shape) != spec.shape:
-                    raise StageFailed("error", "reference", f"setup() returned {spec.name} with shape "
-                                      f"{tuple(fresh.shape)} for seed {seed}, {spec.shape} before; shapes must "
-                                      "not depend on the seed")
+                    raise StageFailed(
+                        "error",
+                        "reference",
+                        f"setup() returned {spec.name} with shape "
+                        f"{tuple(fresh.shape)} for seed {seed}, {spec.shape} before; shapes must "
+                        "not depend on the seed",
+                    )
                 tensor.copy_(fresh)
                 ref_args[spec.name] = tensor.clone()
         ref_args.update(self.scalars)
@@ -265,8 +308,9 @@ class WorkerRun:
         try:
             returned = self.ref.reference(**ref_args)
         except Exception as exc:
-            raise StageFailed("error", "reference",
-                              f"{self.ref.path}: reference(...) raised {_describe(exc)}") from None
+            raise StageFailed(
+                "error", "reference", f"{self.ref.path}: reference(...) raised {_describe(exc)}"
+            ) from None
         outs = [s.name for s in self.specs if s.role != "input"]
         if isinstance(returned, dict):
             for name, value in returned.items():
@@ -294,22 +338,31 @@ class WorkerRun:
         before = {s.name: self.tensors[s.name].clone() for s in self.specs if s.role == "input"}
         expected = self._expected(ref_args)
         self._launch_checked(self.launcher.bind({**self.tensors, **self.scalars}), phase)
-        checks = tuple(
-            compare(name, self.tensors[name], expected[name], self.tolerance) for name in expected
-        )
+        checks = tuple(compare(name, self.tensors[name], expected[name], self.tolerance) for name in expected)
         changed = [name for name, copy in before.items() if not unchanged(copy, self.tensors[name])]
         passed = all(c.passed for c in checks) and not changed
         problems = [
             f"{c.buffer}: {c.mismatches}/{c.numel} elements outside atol={self.tolerance.atol:g} "
-            f"rtol={self.tolerance.rtol:g}" + (f" ({c.note})" if c.note else "")
-            + (f", worst at {list(c.worst.index)}: got {c.worst.got}, expected {c.worst.expected}" if c.worst else "")
-            for c in checks if not c.passed
+            f"rtol={self.tolerance.rtol:g}"
+            + (f" ({c.note})" if c.note else "")
+            + (
+                f", worst at {list(c.worst.index)}: got {c.worst.got}, expected {c.worst.expected}"
+                if c.worst
+                else ""
+            )
+            for c in checks
+            if not c.passed
         ]
         if changed:
             problems.append(f"the kernel wrote into input buffer(s) {', '.join(changed)}")
         check = CorrectnessCheck(
-            seed=seed, phase=phase, output_init="zeroed" if zeroed else "poisoned", passed=passed,
-            inputs_unchanged=not changed, buffers=checks, message="; ".join(problems),
+            seed=seed,
+            phase=phase,
+            output_init="zeroed" if zeroed else "poisoned",
+            passed=passed,
+            inputs_unchanged=not changed,
+            buffers=checks,
+            message="; ".join(problems),
         )
         self.checks.append(check)
         return check
@@ -370,13 +423,18 @@ class WorkerRun:
             samples = sample_until_stable(take, opts)
             stats = summarize(samples, launches=1, mode=mode, l2=l2, clock=clock.name, warmup=warm)
         else:
-            set_bytes = sum(v.numel() * v.element_size() for v in args.values() if isinstance(v, torch.Tensor))
+            set_bytes = sum(
+                v.numel() * v.element_size() for v in args.values() if isinstance(v, torch.Tensor)
+            )
             sets = self._arg_sets(self._rotation_sets(set_bytes), args)
             per_sample = max(len(sets), math.ceil(opts.batch_target_ms / max(estimate, 1e-4)))
             per_sample = min(MAX_LAUNCHES_PER_SAMPLE, math.ceil(per_sample / len(sets)) * len(sets))
             sequence = [sets[i % len(sets)] for i in range(per_sample)]
-            l2 = (f"cold (rotating {len(sets)} input sets)" if len(sets) > 1 else
-                  ("warm" if opts.l2 == "warm" else "warm (one input set)"))
+            l2 = (
+                f"cold (rotating {len(sets)} input sets)"
+                if len(sets) > 1
+                else ("warm" if opts.l2 == "warm" else "warm (one input set)")
+            )
             replay = capture(sequence) if mode == "graph" else None
             if mode == "graph" and replay is None:
                 mode, note = "batched", "graph capture was not possible; timed batches of plain launches"
@@ -396,8 +454,9 @@ class WorkerRun:
             samples = sample_until_stable(lambda: clock.time(body), opts)
             if replay is not None:
                 replay.close()
-            stats = summarize(samples, launches=launches, mode=mode, l2=l2, clock=clock.name, warmup=warm,
-                              note=note)
+            stats = summarize(
+                samples, launches=launches, mode=mode, l2=l2, clock=clock.name, warmup=warm, note=note
+            )
         escaped = escaped_work(stats, samples)
         if escaped:
             raise StageFailed("failed", "timing", f"{what}: {escaped}")
@@ -422,12 +481,14 @@ class WorkerRun:
     def _time_kernel(self) -> TimingStats:
         launcher = self.launcher
         try:
-            stats = self._measure(self.kernel_clock, launcher.bind, {**self.tensors, **self.scalars},
-                                  launcher.capture, "kernel")
+            stats = self._measure(
+                self.kernel_clock, launcher.bind, {**self.tensors, **self.scalars}, launcher.capture, "kernel"
+            )
             launcher.check()
         except (LaunchError, RuntimeError) as exc:
-            raise StageFailed("failed", "timing",
-                              f"the kernel failed while being timed: {_describe(exc)}") from None
+            raise StageFailed(
+                "failed", "timing", f"the kernel failed while being timed: {_describe(exc)}"
+            ) from None
         return stats
 
     def _time_reference(self) -> TimingStats:
@@ -442,8 +503,9 @@ class WorkerRun:
         except StageFailed:
             raise
         except Exception as exc:
-            raise StageFailed("error", "reference",
-                              f"timing the reference failed: {_describe(exc)}") from None
+            raise StageFailed(
+                "error", "reference", f"timing the reference failed: {_describe(exc)}"
+            ) from None
 
 
 def _describe(exc: BaseException) -> str:

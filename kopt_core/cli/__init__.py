@@ -11,16 +11,21 @@ import sys
 import click
 
 from kopt_core import __version__
+from kopt_core.cli import render
 from kopt_core.errors import EXIT_CONFIG, KoptError
 from kopt_core.jsonio import dumps
-from kopt_core.cli import render
 
 
 class KoptGroup(click.Group):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
-            code = super().main(args=args, prog_name=prog_name or "kopt", complete_var=complete_var,
-                                standalone_mode=False, **extra)
+            code = super().main(
+                args=args,
+                prog_name=prog_name or "kopt",
+                complete_var=complete_var,
+                standalone_mode=False,
+                **extra,
+            )
         except click.exceptions.Abort:
             render.error("aborted")
             code = 1
@@ -85,31 +90,81 @@ def _seeds(_ctx, _param, value: str) -> tuple[int, ...]:
     context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
 )
 @click.argument("kernel", type=click.Path(dir_okay=False))
-@click.option("--ref", "reference", required=True, type=click.Path(dir_okay=False),
-              help="Reference file with reference(**kwargs).")
+@click.option(
+    "--ref",
+    "reference",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Reference file with reference(**kwargs).",
+)
 @click.option("--dims", "dims_json", default=None, help='Dims as JSON, e.g. \'{"M":4096,"N":4096}\'.')
 @click.option("--backend", default=None, help="Backend name (default: detected from the file).")
 @click.option("--arch", default=None, help="Target architecture, e.g. sm_90a (default: the GPU's).")
 @click.option("--seeds", default="0,1,2", callback=_seeds, show_default=True, help="Correctness seeds.")
-@click.option("--l2", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
-              help="Flush (or rotate past) the L2 before each timed launch, or not.")
-@click.option("--mode", type=click.Choice(["auto", "per_launch", "graph", "batched"]), default="auto",
-              show_default=True, help="Timing mode; auto uses graph replays for kernels under --tiny-us.")
-@click.option("--warmup-ms", type=float, default=200.0, show_default=True, help="Warm-up time per timed function.")
-@click.option("--budget-s", type=float, default=3.0, show_default=True, help="Sampling time budget per function.")
-@click.option("--precision", type=float, default=0.005, show_default=True,
-              help="Stop sampling when the median's 95%% interval is within this relative half-width.")
-@click.option("--tiny-us", type=float, default=20.0, show_default=True,
-              help="Kernels faster than this are timed as graph replays / batches.")
-@click.option("--timeout-s", type=float, default=300.0, show_default=True, help="Wall-clock limit for the worker.")
+@click.option(
+    "--l2",
+    type=click.Choice(["cold", "warm"]),
+    default="cold",
+    show_default=True,
+    help="Flush (or rotate past) the L2 before each timed launch, or not.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["auto", "per_launch", "graph", "batched"]),
+    default="auto",
+    show_default=True,
+    help="Timing mode; auto uses graph replays for kernels under --tiny-us.",
+)
+@click.option(
+    "--warmup-ms", type=float, default=200.0, show_default=True, help="Warm-up time per timed function."
+)
+@click.option(
+    "--budget-s", type=float, default=3.0, show_default=True, help="Sampling time budget per function."
+)
+@click.option(
+    "--precision",
+    type=float,
+    default=0.005,
+    show_default=True,
+    help="Stop sampling when the median's 95%% interval is within this relative half-width.",
+)
+@click.option(
+    "--tiny-us",
+    type=float,
+    default=20.0,
+    show_default=True,
+    help="Kernels faster than this are timed as graph replays / batches.",
+)
+@click.option(
+    "--timeout-s", type=float, default=300.0, show_default=True, help="Wall-clock limit for the worker."
+)
 @click.option("--atol", type=float, default=None, help="Override the reference's atol.")
 @click.option("--rtol", type=float, default=None, help="Override the reference's rtol.")
 @click.option("--no-reference-timing", is_flag=True, help="Do not time the reference.")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write bench.json here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
-def bench_cmd(kernel, reference, dims_json, backend, arch, seeds, l2, mode, warmup_ms, budget_s, precision,
-              tiny_us, timeout_s, atol, rtol, no_reference_timing, out, as_json, extra) -> int:
+def bench_cmd(
+    kernel,
+    reference,
+    dims_json,
+    backend,
+    arch,
+    seeds,
+    l2,
+    mode,
+    warmup_ms,
+    budget_s,
+    precision,
+    tiny_us,
+    timeout_s,
+    atol,
+    rtol,
+    no_reference_timing,
+    out,
+    as_json,
+    extra,
+) -> int:
     """Check KERNEL against its reference over several seeds and time both.
 
     Dims follow as --NAME=VALUE (e.g. --M=4096 --N=4096 --K=4096) or --dims JSON.
@@ -121,11 +176,29 @@ def bench_cmd(kernel, reference, dims_json, backend, arch, seeds, l2, mode, warm
     try:
         dims = parse_dims(dims_json, extra)
         options = BenchOptions(
-            seeds=seeds, l2=l2, mode=mode, warmup_ms=warmup_ms, budget_s=budget_s, rel_precision=precision,
-            tiny_us=tiny_us, timeout_s=timeout_s, atol=atol, rtol=rtol, time_reference=not no_reference_timing,
+            seeds=seeds,
+            l2=l2,
+            mode=mode,
+            warmup_ms=warmup_ms,
+            budget_s=budget_s,
+            rel_precision=precision,
+            tiny_us=tiny_us,
+            timeout_s=timeout_s,
+            atol=atol,
+            rtol=rtol,
+            time_reference=not no_reference_timing,
         )
-        result = bench_kernel(_plugin_manager(), kernel, reference, dims, backend=backend, options=options,
-                              arch=arch, on_warning=render.warning, out=out)
+        result = bench_kernel(
+            _plugin_manager(),
+            kernel,
+            reference,
+            dims,
+            backend=backend,
+            options=options,
+            arch=arch,
+            on_warning=render.warning,
+            out=out,
+        )
     except KoptError as exc:
         if as_json:
             click.echo(dumps({"status": "error", "error": str(exc), "exit_code": exc.exit_code}), nl=False)
@@ -138,32 +211,86 @@ def bench_cmd(kernel, reference, dims_json, backend, arch, seeds, l2, mode, warm
 
 
 @cli.command("profile", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.option("--ref", "reference", type=click.Path(dir_okay=False), help="Reference file (its workload_model "
-              "makes the roofline real).")
-@click.option("--import", "import_path", type=click.Path(dir_okay=False), default=None,
-              help="Analyse an existing .ncu-rep (needs ncu) or raw-page CSV (needs nothing) instead of profiling.")
+@click.option(
+    "--ref",
+    "reference",
+    type=click.Path(dir_okay=False),
+    help="Reference file (its workload_model makes the roofline real).",
+)
+@click.option(
+    "--import",
+    "import_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Analyse an existing .ncu-rep (needs ncu) or raw-page CSV (needs nothing) instead of profiling.",
+)
 @click.option("--dims", "dims_json", default=None, help="Dims as JSON.")
 @click.option("--backend", default=None, help="Backend name (default: detected from the file).")
 @click.option("--arch", default=None, help="Target architecture (default: the GPU's).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Folder for the report, ncu_top.json, roofline.json and the plot (default: ./kopt_profile_<kernel>).")
-@click.option("--ncu-num", type=click.IntRange(1, 50), default=5, show_default=True, help="Top metrics per axis.")
-@click.option("--bundle", type=click.Choice(["auto", "full", "light"]), default="auto", show_default=True,
-              help="ncu metric bundle: auto = full below 10 ms of kernel time, light above.")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Folder for the report, ncu_top.json, roofline.json and the plot (default: ./kopt_profile_<kernel>).",
+)
+@click.option(
+    "--ncu-num", type=click.IntRange(1, 50), default=5, show_default=True, help="Top metrics per axis."
+)
+@click.option(
+    "--bundle",
+    type=click.Choice(["auto", "full", "light"]),
+    default="auto",
+    show_default=True,
+    help="ncu metric bundle: auto = full below 10 ms of kernel time, light above.",
+)
 @click.option("--ncu-timeout-s", type=float, default=600.0, show_default=True, help="Limit for one ncu run.")
-@click.option("--full-timeout-s", type=float, default=None,
-              help="Limit for a full-set run (default: --ncu-timeout-s); past it kopt retries with the light set.")
-@click.option("--ceilings", type=click.Path(dir_okay=False), default=None,
-              help="Device ceilings JSON (python -m kopt_core.roofline.ceilings); default: built-in H200 figures.")
+@click.option(
+    "--full-timeout-s",
+    type=float,
+    default=None,
+    help="Limit for a full-set run (default: --ncu-timeout-s); past it kopt retries with the light set.",
+)
+@click.option(
+    "--ceilings",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Device ceilings JSON (python -m kopt_core.roofline.ceilings); default: built-in H200 figures.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print profile.json on stdout.")
-@click.option("--state", "state_path", type=click.Path(), default=None,
-              help="Run form: the run's state.json; with --iter and --which, profile into iterv{i}/.")
+@click.option(
+    "--state",
+    "state_path",
+    type=click.Path(),
+    default=None,
+    help="Run form: the run's state.json; with --iter and --which, profile into iterv{i}/.",
+)
 @click.option("--iter", "iteration", type=click.IntRange(1, None), default=None, help="Run form: iteration.")
-@click.option("--which", type=click.Choice(["best_input", "kernel"]), default=None,
-              help="Run form: the iteration's input (the current best) or its champion.")
+@click.option(
+    "--which",
+    type=click.Choice(["best_input", "kernel"]),
+    default=None,
+    help="Run form: the iteration's input (the current best) or its champion.",
+)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[KERNEL] [--NAME=VALUE]...")
-def profile_cmd(args, reference, import_path, dims_json, backend, arch, out_dir, ncu_num, bundle, ncu_timeout_s,
-                full_timeout_s, ceilings, as_json, state_path, iteration, which) -> int:
+def profile_cmd(
+    args,
+    reference,
+    import_path,
+    dims_json,
+    backend,
+    arch,
+    out_dir,
+    ncu_num,
+    bundle,
+    ncu_timeout_s,
+    full_timeout_s,
+    ceilings,
+    as_json,
+    state_path,
+    iteration,
+    which,
+) -> int:
     """Profile KERNEL with Nsight Compute and write ncu_top.json, roofline.json and a roofline plot.
 
     Or, with --import, do the same from an existing report or its CSV export.
@@ -184,9 +311,19 @@ def profile_cmd(args, reference, import_path, dims_json, backend, arch, out_dir,
     # is not an option; the rest are dims.
     kernel, extra = (args[0], args[1:]) if args and not args[0].startswith("--") else (None, args)
     outcome = profile_standalone(
-        kernel, reference, parse_dims(dims_json, extra), import_path=import_path, out_dir=out_dir,
-        ceilings_path=ceilings, backend=backend, arch=arch, ncu_num=ncu_num, bundle=bundle,
-        ncu_timeout_s=ncu_timeout_s, full_timeout_s=full_timeout_s, on_warning=render.warning,
+        kernel,
+        reference,
+        parse_dims(dims_json, extra),
+        import_path=import_path,
+        out_dir=out_dir,
+        ceilings_path=ceilings,
+        backend=backend,
+        arch=arch,
+        ncu_num=ncu_num,
+        bundle=bundle,
+        ncu_timeout_s=ncu_timeout_s,
+        full_timeout_s=full_timeout_s,
+        on_warning=render.warning,
     )
     if as_json:
         click.echo(dumps(to_data(outcome.summary)), nl=False)
@@ -196,12 +333,26 @@ def profile_cmd(args, reference, import_path, dims_json, backend, arch, out_dir,
 
 
 @cli.command("gate")
-@click.option("--out", type=click.Path(dir_okay=False), default="env.json", show_default=True,
-              help="Write env.json here (also when the gate refuses: it is the evidence).")
-@click.option("--backend", default="cuda", show_default=True,
-              help="Backend whose tools and dependencies must resolve (an installed one: see kopt backends).")
-@click.option("--attempts", type=click.IntRange(1, 3), default=3, show_default=True,
-              help="Discovery attempts (tools, GPU, CUDA context, backend); stops at the first that passes.")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default="env.json",
+    show_default=True,
+    help="Write env.json here (also when the gate refuses: it is the evidence).",
+)
+@click.option(
+    "--backend",
+    default="cuda",
+    show_default=True,
+    help="Backend whose tools and dependencies must resolve (an installed one: see kopt backends).",
+)
+@click.option(
+    "--attempts",
+    type=click.IntRange(1, 3),
+    default=3,
+    show_default=True,
+    help="Discovery attempts (tools, GPU, CUDA context, backend); stops at the first that passes.",
+)
 @click.option("--diagnostic", is_flag=True, help="Report everything; never authorise generation.")
 @click.option("--no-ceilings", is_flag=True, help="Do not measure the device ceilings.")
 @click.option("--json", "as_json", is_flag=True, help="Print env.json on stdout instead of a table.")
@@ -216,10 +367,17 @@ def gate_cmd(out, backend, attempts, diagnostic, no_ceilings, as_json) -> int:
     from kopt_core.records import to_data
     from kopt_core.steps.gate import run_gate
 
-    env = run_gate(_plugin_manager(), backend=backend, attempts=attempts, diagnostic=diagnostic,
-                   measure=not no_ceilings, out=Path(out),
-                   on_progress=lambda message: render.err.print(f"kopt gate: {message}", style="dim",
-                                                                highlight=False, markup=False, soft_wrap=True))
+    env = run_gate(
+        _plugin_manager(),
+        backend=backend,
+        attempts=attempts,
+        diagnostic=diagnostic,
+        measure=not no_ceilings,
+        out=Path(out),
+        on_progress=lambda message: render.err.print(
+            f"kopt gate: {message}", style="dim", highlight=False, markup=False, soft_wrap=True
+        ),
+    )
     if as_json:
         click.echo(dumps(to_data(env)), nl=False)
     else:
@@ -227,42 +385,84 @@ def gate_cmd(out, backend, attempts, diagnostic, no_ceilings, as_json) -> int:
     if env.generation_allowed:
         return EXIT_OK
     if diagnostic:
-        render.warning(f"diagnostic run: generation is never authorised; wrote {out}"
-                       + "".join(f"\n  - {problem}" for problem in env.problems))
+        render.warning(
+            f"diagnostic run: generation is never authorised; wrote {out}"
+            + "".join(f"\n  - {problem}" for problem in env.problems)
+        )
         return EXIT_OK
-    render.error(f"the hardware gate refuses generation ({env.attempts} attempt(s); evidence in {out}):"
-                 + "".join(f"\n  - {problem}" for problem in env.problems))
+    render.error(
+        f"the hardware gate refuses generation ({env.attempts} attempt(s); evidence in {out}):"
+        + "".join(f"\n  - {problem}" for problem in env.problems)
+    )
     return EXIT_HARDWARE
 
 
 # ---------------------------------------------------------------------------------------- run: init, status
 
+
 @cli.command("init", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.option("--baseline", required=True, type=click.Path(dir_okay=False), help="Baseline kernel file.")
-@click.option("--ref", "reference", required=True, type=click.Path(dir_okay=False),
-              help="Reference file with reference(**kwargs).")
+@click.option(
+    "--ref",
+    "reference",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Reference file with reference(**kwargs).",
+)
 @click.option("--dims", "dims_json", default=None, help='Dims as JSON, e.g. \'{"M":4096,"N":4096}\'.')
-@click.option("--env", "env_path", required=True, type=click.Path(dir_okay=False),
-              help="env.json written by `kopt gate --out env.json`.")
+@click.option(
+    "--env",
+    "env_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="env.json written by `kopt gate --out env.json`.",
+)
 @click.option("--iterations", type=int, default=3, show_default=True, help="Most iterations to run.")
 @click.option("--ncu-num", type=int, default=5, show_default=True, help="Top ncu metrics per axis.")
 @click.option("--branches", type=int, default=4, show_default=True, help="Branch kernels per iteration.")
 @click.option("--compile-jobs", default="auto", show_default=True, help="Parallel CPU compiles: auto or N.")
-@click.option("--numerics-mode", type=click.Choice(["reference", "strict", "approximate"]), default="reference",
-              show_default=True, help="Numerical contract for methods.")
+@click.option(
+    "--numerics-mode",
+    type=click.Choice(["reference", "strict", "approximate"]),
+    default="reference",
+    show_default=True,
+    help="Numerical contract for methods.",
+)
 @click.option("--backend", default=None, help="Backend name (default: detected from the file).")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[--NAME=VALUE]...")
-def init_cmd(baseline, reference, dims_json, env_path, iterations, ncu_num, branches, compile_jobs, numerics_mode,
-             backend, extra) -> int:
+def init_cmd(
+    baseline,
+    reference,
+    dims_json,
+    env_path,
+    iterations,
+    ncu_num,
+    branches,
+    compile_jobs,
+    numerics_mode,
+    backend,
+    extra,
+) -> int:
     """Check the baseline, reference and dims (no GPU needed), then create run_YYYYMMDD_HHMMSS/ next to the
     baseline with baseline/, env.json and state.json. Prints the run folder."""
     from kopt_core.dims import parse_dims
     from kopt_core.run.init import init_run
 
     dims = parse_dims(dims_json, extra)
-    store = init_run(_plugin_manager(), baseline=baseline, ref=reference, dims=dims, env_path=env_path,
-                     iterations=iterations, ncu_num=ncu_num, branches=branches, compile_jobs=compile_jobs,
-                     numerics_mode=numerics_mode, backend=backend, on_warning=render.warning)
+    store = init_run(
+        _plugin_manager(),
+        baseline=baseline,
+        ref=reference,
+        dims=dims,
+        env_path=env_path,
+        iterations=iterations,
+        ncu_num=ncu_num,
+        branches=branches,
+        compile_jobs=compile_jobs,
+        numerics_mode=numerics_mode,
+        backend=backend,
+        on_warning=render.warning,
+    )
     click.echo(str(store.run_dir))
     return 0
 
@@ -304,14 +504,23 @@ def preflight_cmd(baseline, reference, dims_json, backend, arch, extra) -> int:
     from kopt_core.dims import parse_dims
     from kopt_core.steps.bench import preflight_kernel
 
-    outcome = preflight_kernel(_plugin_manager(), baseline, reference, parse_dims(dims_json, extra), backend=backend,
-                           arch=arch, on_warning=render.warning)
+    outcome = preflight_kernel(
+        _plugin_manager(),
+        baseline,
+        reference,
+        parse_dims(dims_json, extra),
+        backend=backend,
+        arch=arch,
+        on_warning=render.warning,
+    )
     click.echo(f"preflight passed: {outcome}")
     return 0
 
 
 @cli.command("seed")
-@click.option("--state", "state_path", required=True, type=click.Path(), help="The run's state.json (or folder).")
+@click.option(
+    "--state", "state_path", required=True, type=click.Path(), help="The run's state.json (or folder)."
+)
 def seed_cmd(state_path) -> int:
     """Validate, time and profile the baseline into baseline/; stop the run (stop.json) if it fails."""
     from kopt_core.run.seed import seed_baseline
@@ -327,7 +536,9 @@ def iter_group() -> None:
 
 
 @iter_group.command("open")
-@click.option("--state", "state_path", required=True, type=click.Path(), help="The run's state.json (or folder).")
+@click.option(
+    "--state", "state_path", required=True, type=click.Path(), help="The run's state.json (or folder)."
+)
 @click.option("--iter", "iteration", required=True, type=click.IntRange(1, None), help="Iteration number.")
 def iter_open_cmd(state_path, iteration) -> int:
     """Recheck the hardware, profile the best kernel into staging, publish iterv{i}/ when complete."""
@@ -338,25 +549,68 @@ def iter_open_cmd(state_path, iteration) -> int:
 
 
 @cli.command("select")
-@click.option("--state", "state_path", type=click.Path(), default=None, help="Run form: the run's state.json.")
+@click.option(
+    "--state", "state_path", type=click.Path(), default=None, help="Run form: the run's state.json."
+)
 @click.option("--iter", "iteration", type=click.IntRange(1, None), default=None, help="Run form: iteration.")
-@click.option("--roofline", "roofline_path", type=click.Path(dir_okay=False), default=None,
-              help="Standalone form: a roofline.json.")
-@click.option("--ncu-top", "ncu_top_path", type=click.Path(dir_okay=False), default=None,
-              help="Standalone form: the ncu_top.json of the same profile.")
+@click.option(
+    "--roofline",
+    "roofline_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Standalone form: a roofline.json.",
+)
+@click.option(
+    "--ncu-top",
+    "ncu_top_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Standalone form: the ncu_top.json of the same profile.",
+)
 @click.option("--arch", default="sm_90a", show_default=True, help="Standalone form: target architecture.")
 @click.option("--backend", default="cuda", show_default=True, help="Standalone form: backend.")
 @click.option("--dtype", "dtypes", multiple=True, help="Standalone form: operand dtype(s), e.g. float16.")
-@click.option("--numerics-mode", type=click.Choice(["reference", "strict", "approximate"]), default="reference",
-              show_default=True, help="Standalone form: numerics mode.")
-@click.option("--sass", "sass_path", type=click.Path(dir_okay=False), default=None,
-              help="Standalone form: the kernel's cuobjdump --dump-sass text, for its traits (smem staging, MMA...).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Standalone form: where methods.json and analysis.md go (default: beside roofline.json).")
-@click.option("--acknowledge", "acknowledged", multiple=True, metavar="METHOD",
-              help="Run form: select this implementation-failed method again, knowing it failed before.")
-def select_cmd(state_path, iteration, roofline_path, ncu_top_path, arch, backend, dtypes, numerics_mode,
-               sass_path, out_dir, acknowledged) -> int:
+@click.option(
+    "--numerics-mode",
+    type=click.Choice(["reference", "strict", "approximate"]),
+    default="reference",
+    show_default=True,
+    help="Standalone form: numerics mode.",
+)
+@click.option(
+    "--sass",
+    "sass_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Standalone form: the kernel's cuobjdump --dump-sass text, for its traits (smem staging, MMA...).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Standalone form: where methods.json and analysis.md go (default: beside roofline.json).",
+)
+@click.option(
+    "--acknowledge",
+    "acknowledged",
+    multiple=True,
+    metavar="METHOD",
+    help="Run form: select this implementation-failed method again, knowing it failed before.",
+)
+def select_cmd(
+    state_path,
+    iteration,
+    roofline_path,
+    ncu_top_path,
+    arch,
+    backend,
+    dtypes,
+    numerics_mode,
+    sass_path,
+    out_dir,
+    acknowledged,
+) -> int:
     """Pick methods by the budget-aware priority scan; write methods.json and analysis.md."""
     from kopt_core.errors import ConfigError
 
@@ -365,25 +619,47 @@ def select_cmd(state_path, iteration, roofline_path, ncu_top_path, arch, backend
             raise ConfigError("the run form needs --state and --iter")
         from kopt_core.run.iteration import select_in_run
 
-        click.echo(str(select_in_run(_plugin_manager(), _store(state_path), iteration,
-                                     acknowledged=tuple(acknowledged))))
+        click.echo(
+            str(
+                select_in_run(
+                    _plugin_manager(), _store(state_path), iteration, acknowledged=tuple(acknowledged)
+                )
+            )
+        )
         return 0
     if not (roofline_path and ncu_top_path):
         raise ConfigError("give --state and --iter, or --roofline and --ncu-top")
     from kopt_core.steps.select import select_standalone
 
-    click.echo(str(select_standalone(roofline_path, ncu_top_path, arch=arch, backend=backend,
-                                     numerics_mode=numerics_mode, dtypes=tuple(dtypes), sass_path=sass_path,
-                                     out_dir=out_dir)))
+    click.echo(
+        str(
+            select_standalone(
+                roofline_path,
+                ncu_top_path,
+                arch=arch,
+                backend=backend,
+                numerics_mode=numerics_mode,
+                dtypes=tuple(dtypes),
+                sass_path=sass_path,
+                out_dir=out_dir,
+            )
+        )
+    )
     return 0
 
 
 @cli.command("sass")
 @click.argument("target", type=click.Path(dir_okay=False))
 @click.option("--method", "methods", multiple=True, required=True, help="Method id (repeat for several).")
-@click.option("--baseline", type=click.Path(dir_okay=False), default=None,
-              help="The baseline's SASS, cubin or library, for rules relative to it.")
-@click.option("--arch", default="sm_90a", show_default=True, help="The architecture the target was built for.")
+@click.option(
+    "--baseline",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="The baseline's SASS, cubin or library, for rules relative to it.",
+)
+@click.option(
+    "--arch", default="sm_90a", show_default=True, help="The architecture the target was built for."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON.")
 def sass_cmd(target, methods, baseline, arch, as_json) -> int:
     """Check TARGET (cuobjdump --dump-sass text, a cubin or a shared library) for the SASS each method

@@ -26,17 +26,26 @@ def backends_table(rows: list[dict]) -> None:
         table.add_column(column)
     for row in rows:
         details = row.get("details") or {}
-        where = row["reason"] or ", ".join(f"{k}={v}" for k, v in details.items() if isinstance(v, (str, int)) and v)
-        table.add_row(row["name"], " ".join(row["suffixes"]), "yes" if row["available"] else "[red]no[/]", where)
+        where = row["reason"] or ", ".join(
+            f"{k}={v}" for k, v in details.items() if isinstance(v, (str, int)) and v
+        )
+        table.add_row(
+            row["name"], " ".join(row["suffixes"]), "yes" if row["available"] else "[red]no[/]", where
+        )
     out.print(table)
 
 
 def _timing_row(table: Table, label: str, stats: TimingStats | None) -> None:
     if stats is None:
         return
-    table.add_row(label, f"median {fmt_ms(stats.median_ms)}  p95 {fmt_ms(stats.p95_ms)}  min {fmt_ms(stats.min_ms)}")
-    table.add_row("", f"n={stats.n} x {stats.launches_per_sample} launch(es), CV {stats.cv:.2%}, "
-                      f"median +-{stats.median_ci_rel:.2%} (95%), {stats.stop_reason}")
+    table.add_row(
+        label, f"median {fmt_ms(stats.median_ms)}  p95 {fmt_ms(stats.p95_ms)}  min {fmt_ms(stats.min_ms)}"
+    )
+    table.add_row(
+        "",
+        f"n={stats.n} x {stats.launches_per_sample} launch(es), CV {stats.cv:.2%}, "
+        f"median +-{stats.median_ci_rel:.2%} (95%), {stats.stop_reason}",
+    )
     table.add_row("", f"{stats.mode}, L2 {stats.l2}, {stats.clock}")
 
 
@@ -59,28 +68,39 @@ def bench_report(result: BenchResult) -> None:
             f"{r.name[:40]}: {r.registers} regs, {r.shared_bytes} B smem, spills {r.spill_store_bytes}/{r.spill_load_bytes}"
             for r in b.resources
         )
-        table.add_row("build", f"{b.compiler} {b.arch}, {'cache hit' if b.cache_hit else 'built'} "
-                               f"in {b.build_seconds:.1f} s")
+        table.add_row(
+            "build",
+            f"{b.compiler} {b.arch}, {'cache hit' if b.cache_hit else 'built'} in {b.build_seconds:.1f} s",
+        )
         if res:
             table.add_row("", res)
     for buf in result.buffers:
-        table.add_row(f"buffer {buf.name}", f"{buf.role} {buf.dtype}{list(buf.realised_shape)} ({buf.sized_by})")
+        table.add_row(
+            f"buffer {buf.name}", f"{buf.role} {buf.dtype}{list(buf.realised_shape)} ({buf.sized_by})"
+        )
     if result.tolerance is not None:
-        table.add_row("tolerance", f"atol {result.tolerance.atol:g}, rtol {result.tolerance.rtol:g} "
-                                   f"({result.tolerance.source})")
+        table.add_row(
+            "tolerance",
+            f"atol {result.tolerance.atol:g}, rtol {result.tolerance.rtol:g} ({result.tolerance.source})",
+        )
     for check in result.correctness:
         worst = max((c.max_abs_err or 0.0 for c in check.buffers), default=0.0)
         state = "[green]pass[/]" if check.passed else f"[red]fail[/] {check.message}"
-        table.add_row(f"seed {check.seed}", f"{check.phase}, outputs {check.output_init}: {state} "
-                                            f"(max abs err {worst:.3g})")
+        table.add_row(
+            f"seed {check.seed}",
+            f"{check.phase}, outputs {check.output_init}: {state} (max abs err {worst:.3g})",
+        )
     if result.outputs_must_start_zeroed:
         table.add_row("note", "[yellow]the kernel relies on its outputs starting zeroed[/]")
     _timing_row(table, "kernel", result.kernel_timing)
     _timing_row(table, "reference", result.reference_timing)
     if result.workload is not None and result.workload.tflops is not None:
         w = result.workload
-        table.add_row("workload", f"{w.flops:.3g} FLOP, {w.bytes_min:.3g} B at least: {w.tflops:.2f} TFLOP/s, "
-                                  f"{w.tbytes_per_s * 1e3:.0f} GB/s")
+        table.add_row(
+            "workload",
+            f"{w.flops:.3g} FLOP, {w.bytes_min:.3g} B at least: {w.tflops:.2f} TFLOP/s, "
+            f"{w.tbytes_per_s * 1e3:.0f} GB/s",
+        )
     if result.speedup_vs_reference is not None:
         table.add_row("speedup vs reference", f"{result.speedup_vs_reference:.2f}x")
     out.print(table)
@@ -96,10 +116,19 @@ def profile_report(outcome) -> None:
     for kernel in summary.kernels:
         table.add_row(f"kernel {kernel.id}", f"{kernel.name[:70]}: {fmt_ms(kernel.duration_ms)}")
     if summary.harness_over_ncu is not None:
-        table.add_row("ncu vs kopt", f"ncu {fmt_ms(summary.ncu_duration_ms)}, kopt median "
-                                     f"{fmt_ms(summary.harness_median_ms)} ({summary.harness_over_ncu:+.1%})")
-    gaps = ", ".join(f"{axis} {value:.2f}" if value is not None else f"{axis} unknown" for axis, value in
-                     (("compute", roof.delta_compute), ("memory", roof.delta_memory), ("latency", roof.delta_latency)))
+        table.add_row(
+            "ncu vs kopt",
+            f"ncu {fmt_ms(summary.ncu_duration_ms)}, kopt median "
+            f"{fmt_ms(summary.harness_median_ms)} ({summary.harness_over_ncu:+.1%})",
+        )
+    gaps = ", ".join(
+        f"{axis} {value:.2f}" if value is not None else f"{axis} unknown"
+        for axis, value in (
+            ("compute", roof.delta_compute),
+            ("memory", roof.delta_memory),
+            ("latency", roof.delta_latency),
+        )
+    )
     table.add_row(roof.label, f"gaps: {gaps}; bound: {roof.bound}; near peak: {roof.near_peak}")
     table.add_row("axis budget", ", ".join(f"{k} {v}" for k, v in roof.axis_budget.items()))
     for axis, rows in top.axes.items():
@@ -151,10 +180,16 @@ def gate_report(env) -> None:
         if tool.path:
             table.add_row(tool.name, escape(tool.path + (f"  ({tool.version})" if tool.version else "")))
         else:
-            table.add_row(tool.name, "[red]not found[/] [dim](looked in: " + escape(", ".join(tool.searched)) + ")[/]")
+            table.add_row(
+                tool.name, "[red]not found[/] [dim](looked in: " + escape(", ".join(tool.searched)) + ")[/]"
+            )
     probe = env.backend_probe
-    table.add_row(f"backend {env.backend}", "[green]available[/]" if probe is not None and probe.available
-                  else "[red]unavailable[/] " + escape(probe.reason if probe is not None else "(not probed)"))
+    table.add_row(
+        f"backend {env.backend}",
+        "[green]available[/]"
+        if probe is not None and probe.available
+        else "[red]unavailable[/] " + escape(probe.reason if probe is not None else "(not probed)"),
+    )
     ceilings = env.ceilings
     if ceilings is not None:
         rates = ", ".join(f"{name} {rate / 1e12:.1f}" for name, rate in ceilings.flops_per_s.items())
@@ -176,14 +211,21 @@ def status_report(info: dict) -> None:
     if info["stop"]:
         stop = info["stop"]
         table.add_row("stopped", f"stage {stop['stage']}, exit {stop['exit_code']}: {stop['reason']}")
-    table.add_row("iterations", f"{info['iterations_done']} done of {info['iterations_total']}, "
-                                f"{info['verified_iterations']} verified")
+    table.add_row(
+        "iterations",
+        f"{info['iterations_done']} done of {info['iterations_total']}, "
+        f"{info['verified_iterations']} verified",
+    )
     speedup = f" ({info['speedup']:.3f}x)" if info["speedup"] else ""
     table.add_row("best", f"{fmt_ms(info['best_ms'])} vs baseline {fmt_ms(info['baseline_ms'])}{speedup}")
     table.add_row("folders", " ".join(info["iteration_dirs"] + info["staging_dirs"]) or "-")
     lock = info["lock"]
-    table.add_row("lock", f"held by pid {lock.get('pid')} ({lock.get('step')}, since {lock.get('started_at')})"
-                  if lock else "free")
+    table.add_row(
+        "lock",
+        f"held by pid {lock.get('pid')} ({lock.get('step')}, since {lock.get('started_at')})"
+        if lock
+        else "free",
+    )
     out.print(table)
 
 

@@ -11,7 +11,7 @@ from kopt_core.roofline.records import Roofline
 
 ROOFLINE_EVIDENCE = {
     "dram_excess_ratio": "ncu's DRAM bytes over the workload model's bytes_min: how many times the kernel's "
-                         "minimum traffic went through DRAM (1.0 = every byte once)",
+    "minimum traffic went through DRAM (1.0 = every byte once)",
 }
 
 

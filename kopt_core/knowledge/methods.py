@@ -49,8 +49,12 @@ class Condition:
             raise ValueError(f"{self.kind} is not a metric condition")
         if value is None:
             return None
-        return {">=": value >= self.value, "<=": value <= self.value,
-                ">": value > self.value, "<": value < self.value}[self.op]
+        return {
+            ">=": value >= self.value,
+            "<=": value <= self.value,
+            ">": value > self.value,
+            "<": value < self.value,
+        }[self.op]
 
 
 @frozen
@@ -64,8 +68,12 @@ class AllOf:
         return all(condition.holds(values.get(condition.metric)) for condition in self.all)
 
 
-def _holds(option: "Condition | AllOf", values: dict[str, float | None]) -> bool:
-    return bool(option.holds(values)) if isinstance(option, AllOf) else bool(option.holds(values.get(option.metric)))
+def _holds(option: Condition | AllOf, values: dict[str, float | None]) -> bool:
+    return (
+        bool(option.holds(values))
+        if isinstance(option, AllOf)
+        else bool(option.holds(values.get(option.metric)))
+    )
 
 
 @frozen
@@ -74,7 +82,7 @@ class Trigger:
     ``any`` entry is a condition or an ``AllOf`` group)."""
 
     all: tuple[Condition, ...] = field(default=(), converter=tuple)
-    any: tuple["Condition | AllOf", ...] = field(default=(), converter=tuple)
+    any: tuple[Condition | AllOf, ...] = field(default=(), converter=tuple)
     why: str = ""
 
     def conditions(self) -> tuple[Condition, ...]:
@@ -94,7 +102,7 @@ class Trigger:
             return False
         return not self.any or any(_holds(option, values) for option in self.any)
 
-    def met(self, values: dict[str, float | None]) -> tuple["Condition | AllOf", ...]:
+    def met(self, values: dict[str, float | None]) -> tuple[Condition | AllOf, ...]:
         """The conditions and groups that hold: the evidence a selection quotes."""
         return tuple(option for option in (*self.all, *self.any) if _holds(option, values))
 
@@ -123,7 +131,7 @@ class Method:
     lowers_floor: bool = False  # changes the work or the peak the roofline floor is computed from
 
 
-def _index(registry: "MethodRegistry") -> dict[str, Method]:
+def _index(registry: MethodRegistry) -> dict[str, Method]:
     return {method.id: method for method in registry.methods}
 
 
@@ -188,17 +196,25 @@ def _check_consistency(document: dict, where: str) -> None:
         path = f"$.methods[{index}]"
         method_id = entry["id"]
         if method_id in ids:
-            raise ConfigError(f"{where}: {path}.id: duplicate method id {method_id!r} (also $.methods[{ids[method_id]}])")
+            raise ConfigError(
+                f"{where}: {path}.id: duplicate method id {method_id!r} (also $.methods[{ids[method_id]}])"
+            )
         ids[method_id] = index
         prefix, _, name = method_id.partition(".")
         if prefix != entry["axis"]:
-            raise ConfigError(f"{where}: {path}.id: {method_id!r} has prefix {prefix!r} but axis {entry['axis']!r}")
+            raise ConfigError(
+                f"{where}: {path}.id: {method_id!r} has prefix {prefix!r} but axis {entry['axis']!r}"
+            )
         if name != entry["name"]:
-            raise ConfigError(f"{where}: {path}.name: {entry['name']!r} is not the name part of the id {method_id!r}")
+            raise ConfigError(
+                f"{where}: {path}.name: {entry['name']!r} is not the name part of the id {method_id!r}"
+            )
         slot = (entry["axis"], entry["priority"])
         if slot in priorities:
-            raise ConfigError(f"{where}: {path}.priority: duplicate priority {entry['priority']} on axis "
-                              f"{entry['axis']!r} ({method_id!r} and {priorities[slot]!r})")
+            raise ConfigError(
+                f"{where}: {path}.priority: duplicate priority {entry['priority']} on axis "
+                f"{entry['axis']!r} ({method_id!r} and {priorities[slot]!r})"
+            )
         priorities[slot] = method_id
         for part in ("all", "any"):
             for position, option in enumerate(entry["trigger"].get(part, ())):
@@ -206,18 +222,26 @@ def _check_consistency(document: dict, where: str) -> None:
                 for inner, condition in enumerate(group):
                     at = f"{part}[{position}]" + (f".all[{inner}]" if "all" in option else "")
                     if condition["metric"] not in metric_keys:
-                        raise ConfigError(f"{where}: {path}.trigger.{at}.metric: unknown metric key "
-                                          f"{condition['metric']!r} (not in the metric registry nor ROOFLINE_EVIDENCE)")
+                        raise ConfigError(
+                            f"{where}: {path}.trigger.{at}.metric: unknown metric key "
+                            f"{condition['metric']!r} (not in the metric registry nor ROOFLINE_EVIDENCE)"
+                        )
         for position, skip in enumerate(entry["skip_if"]):
             if skip["kind"] == "metric" and skip["metric"] not in metric_keys:
-                raise ConfigError(f"{where}: {path}.skip_if[{position}].metric: unknown metric key "
-                                  f"{skip['metric']!r} (not in the metric registry nor ROOFLINE_EVIDENCE)")
+                raise ConfigError(
+                    f"{where}: {path}.skip_if[{position}].metric: unknown metric key "
+                    f"{skip['metric']!r} (not in the metric registry nor ROOFLINE_EVIDENCE)"
+                )
         for position, feature in enumerate(entry["requires"]):
             if feature not in features:
-                raise ConfigError(f"{where}: {path}.requires[{position}]: feature {feature!r} is not defined "
-                                  "in any architecture of $.architectures")
+                raise ConfigError(
+                    f"{where}: {path}.requires[{position}]: feature {feature!r} is not defined "
+                    "in any architecture of $.architectures"
+                )
         if entry["sass_signature"] != method_id:
-            raise ConfigError(f"{where}: {path}.sass_signature: {entry['sass_signature']!r} is not the method id {method_id!r}")
+            raise ConfigError(
+                f"{where}: {path}.sass_signature: {entry['sass_signature']!r} is not the method id {method_id!r}"
+            )
     by_id = {entry["id"]: entry for entry in document["methods"]}
     for method_id, index in ids.items():
         relations = by_id[method_id]["relations"]
@@ -230,10 +254,14 @@ def _check_consistency(document: dict, where: str) -> None:
                     raise ConfigError(f"{where}: {path}.{kind}: unknown method id {other!r}")
         for other in relations["conflicts"]:
             if method_id not in by_id[other]["relations"]["conflicts"]:
-                raise ConfigError(f"{where}: {path}.conflicts: asymmetric conflict: {method_id!r} conflicts with "
-                                  f"{other!r} but {other!r} does not list {method_id!r}")
+                raise ConfigError(
+                    f"{where}: {path}.conflicts: asymmetric conflict: {method_id!r} conflicts with "
+                    f"{other!r} but {other!r} does not list {method_id!r}"
+                )
             if other in relations["complements"]:
-                raise ConfigError(f"{where}: {path}: {other!r} is both a conflict and a complement of {method_id!r}")
+                raise ConfigError(
+                    f"{where}: {path}: {other!r} is both a conflict and a complement of {method_id!r}"
+                )
 
 
 def _condition(entry: dict) -> Condition:
@@ -257,23 +285,31 @@ def _build(document: dict, where: str) -> MethodRegistry:
     for entry in document["methods"]:
         trigger = entry["trigger"]
         relations = entry["relations"]
-        methods.append(Method(
-            id=entry["id"],
-            axis=entry["axis"],
-            name=entry["name"],
-            priority=entry["priority"],
-            backends=entry["backends"],
-            requires=entry["requires"],
-            trigger=Trigger(all=[_condition(c) for c in trigger.get("all", ())],
-                            any=[_option(c) for c in trigger.get("any", ())], why=trigger["why"]),
-            skip_if=[_condition(c) for c in entry["skip_if"]],
-            relations=Relations(conflicts=relations["conflicts"], complements=relations["complements"],
-                                same_budget=relations["same_budget"]),
-            numerics=entry["numerics"],
-            sass_signature=entry["sass_signature"],
-            lowers_floor=entry.get("lowers_floor", False),
-            summary=entry["summary"],
-        ))
+        methods.append(
+            Method(
+                id=entry["id"],
+                axis=entry["axis"],
+                name=entry["name"],
+                priority=entry["priority"],
+                backends=entry["backends"],
+                requires=entry["requires"],
+                trigger=Trigger(
+                    all=[_condition(c) for c in trigger.get("all", ())],
+                    any=[_option(c) for c in trigger.get("any", ())],
+                    why=trigger["why"],
+                ),
+                skip_if=[_condition(c) for c in entry["skip_if"]],
+                relations=Relations(
+                    conflicts=relations["conflicts"],
+                    complements=relations["complements"],
+                    same_budget=relations["same_budget"],
+                ),
+                numerics=entry["numerics"],
+                sass_signature=entry["sass_signature"],
+                lowers_floor=entry.get("lowers_floor", False),
+                summary=entry["summary"],
+            )
+        )
     return MethodRegistry(
         schema_version=document["schema_version"],
         architectures={arch: frozenset(listed) for arch, listed in document["architectures"].items()},
@@ -287,6 +323,8 @@ def _build(document: dict, where: str) -> MethodRegistry:
 def load_methods(path: Path | str | None = None) -> MethodRegistry:
     """The method registry at ``path`` (default: the one packaged with kopt), validated against the v1
     schema and checked for consistency. Raises ConfigError naming the file and the problem."""
-    document, where = load_document(path, default=REGISTRY_FILE, schema_file=SCHEMA_FILE, what="method registry")
+    document, where = load_document(
+        path, default=REGISTRY_FILE, schema_file=SCHEMA_FILE, what="method registry"
+    )
     _check_consistency(document, where)
     return _build(document, where)

@@ -37,8 +37,19 @@ TAG_PATTERNS = {
     "warp_specialized": r"^USETMAXREG\b",
     "wgmma": r"^(HGMMA|QGMMA|IGMMA|BGMMA)\b",
 }
-TAGS = ("atomics", "block_reduction", "cooperative_grid_sync", "multi_kernel", "read_only_loads",
-        "shared_memory_staging", "tensor_core_mma", "tma", "transcendentals", "warp_specialized", "wgmma")
+TAGS = (
+    "atomics",
+    "block_reduction",
+    "cooperative_grid_sync",
+    "multi_kernel",
+    "read_only_loads",
+    "shared_memory_staging",
+    "tensor_core_mma",
+    "tma",
+    "transcendentals",
+    "warp_specialized",
+    "wgmma",
+)
 
 
 @frozen
@@ -71,7 +82,9 @@ class Selection:
     skipped: tuple[Skipped, ...] = field(default=(), converter=tuple)
     underfilled: dict = field(factory=dict)  # axis -> why its budget was not spent
     kernel_tags: dict = field(factory=dict)  # trait -> true / false / null (unknown)
-    floor_share: float | None = None  # roofline floor_ms / duration_ms (1.0 = at the floor); None = no roofline
+    floor_share: float | None = (
+        None  # roofline floor_ms / duration_ms (1.0 = at the floor); None = no roofline
+    )
     schema_version: int = SELECTION_SCHEMA_VERSION
 
     @property
@@ -147,7 +160,9 @@ def _skip_reason(method: Method, values: dict, dtypes: set[str], tags: dict) -> 
             if None in known:
                 continue  # the trait cannot be read off this kernel: the condition is not applied
             present = any(known)
-            if (condition.kind == "kernel_has" and present) or (condition.kind == "kernel_lacks" and not present):
+            if (condition.kind == "kernel_has" and present) or (
+                condition.kind == "kernel_lacks" and not present
+            ):
                 return f"skip condition: kernel {condition.kind.split('_')[1]} {', '.join(condition.tags)}: {condition.why}"
     return None
 
@@ -173,18 +188,33 @@ def select_methods(registry: MethodRegistry, context: SelectionContext) -> Selec
                 skipped.append(Skipped(id=method.id, axis=axis, reason=reason))
                 continue
             met = method.trigger.met(evidence.values)
-            chosen.append(Picked(id=method.id, axis=axis, priority=method.priority, numerics=method.numerics,
-                                 evidence="; ".join(_condition_text(c, evidence.values) for c in met)))
+            chosen.append(
+                Picked(
+                    id=method.id,
+                    axis=axis,
+                    priority=method.priority,
+                    numerics=method.numerics,
+                    evidence="; ".join(_condition_text(c, evidence.values) for c in met),
+                )
+            )
             if method.relations.same_budget:
                 groups_used[method.relations.same_budget] = method.id
             taken += 1
         if taken < slots:
             underfilled[axis] = _underfilled(slots - taken, slots, evidence.floor_share)
-    return Selection(iteration=context.iteration, arch=context.arch, backend=context.backend,
-                     numerics_mode=context.numerics_mode, bound=evidence.bound,
-                     budget={axis: int(evidence.budget.get(axis, 0)) for axis in AXES}, selected=chosen,
-                     skipped=skipped, underfilled=underfilled, kernel_tags=evidence.tags,
-                     floor_share=evidence.floor_share)
+    return Selection(
+        iteration=context.iteration,
+        arch=context.arch,
+        backend=context.backend,
+        numerics_mode=context.numerics_mode,
+        bound=evidence.bound,
+        budget={axis: int(evidence.budget.get(axis, 0)) for axis in AXES},
+        selected=chosen,
+        skipped=skipped,
+        underfilled=underfilled,
+        kernel_tags=evidence.tags,
+        floor_share=evidence.floor_share,
+    )
 
 
 def _refusal(method: Method, registry: MethodRegistry, context: SelectionContext) -> str | None:
@@ -205,11 +235,15 @@ def _refusal(method: Method, registry: MethodRegistry, context: SelectionContext
         return "strict numerics admit only bitwise-preserving or preconditioned methods"
     share = evidence.floor_share
     if share is not None and share >= NEAR_FLOOR and not method.lowers_floor:
-        return (f"the kernel runs at {share:.0%} of its roofline floor: a method that keeps the work "
-                f"and the peak can gain at most {1 - share:.0%}")
+        return (
+            f"the kernel runs at {share:.0%} of its roofline floor: a method that keeps the work "
+            f"and the peak can gain at most {1 - share:.0%}"
+        )
     if method.id in context.ineffective and context.ineffective[method.id] == evidence.bound:
-        return (f"proved ineffective under the same bound ({evidence.bound}); blocked until the bottleneck "
-                "changes")
+        return (
+            f"proved ineffective under the same bound ({evidence.bound}); blocked until the bottleneck "
+            "changes"
+        )
     if method.id in context.implementation_failed and method.id not in context.acknowledged:
         return "failed to implement before; select it again only with an explicit acknowledgement"
     reason = _skip_reason(method, evidence.values, set(context.dtypes), evidence.tags)
@@ -217,8 +251,9 @@ def _refusal(method: Method, registry: MethodRegistry, context: SelectionContext
         return reason
     if not method.trigger.holds(evidence.values):
         conditions = (*method.trigger.all, *method.trigger.any)
-        return "not triggered by the evidence: " + "; ".join(_condition_text(c, evidence.values)
-                                                             for c in conditions)
+        return "not triggered by the evidence: " + "; ".join(
+            _condition_text(c, evidence.values) for c in conditions
+        )
     return None
 
 
@@ -235,7 +270,13 @@ def _clash(method: Method, chosen: list[Picked], groups_used: dict[str, str]) ->
 
 def _underfilled(left: int, slots: int, floor_share: float | None) -> str:
     near = floor_share is not None and floor_share >= NEAR_FLOOR
-    return (f"{left} of {slots} slot(s) left: no further method on this axis passed every gate (see skipped)"
-            + (f"; the kernel runs at {floor_share:.0%} of its roofline floor, so only a method that lowers "
-               "the floor could still pay" if near else "")
-            + "; no filler is added")
+    return (
+        f"{left} of {slots} slot(s) left: no further method on this axis passed every gate (see skipped)"
+        + (
+            f"; the kernel runs at {floor_share:.0%} of its roofline floor, so only a method that lowers "
+            "the floor could still pay"
+            if near
+            else ""
+        )
+        + "; no filler is added"
+    )

@@ -22,16 +22,16 @@ validated against ``references/schemas/v1/metric_registry.schema.json`` when loa
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Mapping
 
 import attrs
 from attrs import field, frozen
 
-from kopt_core.refdata import load_document
 from kopt_core.errors import ConfigError
 from kopt_core.records.profile import KernelProfile, MetricValue
+from kopt_core.refdata import load_document
 
 REGISTRY_FILE = "metric_registry.json"
 SCHEMA_FILE = "schemas/v1/metric_registry.schema.json"
@@ -48,7 +48,9 @@ class GroupFamily:
     total: str | None = None
 
     def contains(self, name: str) -> bool:
-        return fnmatchcase(name, self.members) and not any(fnmatchcase(name, pattern) for pattern in self.exclude)
+        return fnmatchcase(name, self.members) and not any(
+            fnmatchcase(name, pattern) for pattern in self.exclude
+        )
 
 
 @frozen
@@ -103,7 +105,7 @@ class Resolved:
         return self.value is not None
 
 
-def _index(registry: "MetricRegistry") -> dict[str, MetricSpec]:
+def _index(registry: MetricRegistry) -> dict[str, MetricSpec]:
     return {spec.key: spec for spec in registry.metrics}
 
 
@@ -114,8 +116,7 @@ class MetricRegistry:
     metrics: tuple[MetricSpec, ...] = field(converter=tuple)
     groups: dict = field(factory=dict)  # name -> MetricGroup
     source: str = ""  # the file it was read from
-    _by_key: dict = field(init=False, repr=False, eq=False,
-                          default=attrs.Factory(_index, takes_self=True))
+    _by_key: dict = field(init=False, repr=False, eq=False, default=attrs.Factory(_index, takes_self=True))
 
     def get(self, key: str) -> MetricSpec | None:
         return self._by_key.get(key)
@@ -140,21 +141,30 @@ def _check_consistency(document: dict, where: str) -> None:
     for index, entry in enumerate(document["metrics"]):
         path = f"$.metrics[{index}]"
         if entry["key"] in keys:
-            raise ConfigError(f"{where}: {path}.key: {entry['key']!r} is already the key of $.metrics[{keys[entry['key']]}]")
+            raise ConfigError(
+                f"{where}: {path}.key: {entry['key']!r} is already the key of $.metrics[{keys[entry['key']]}]"
+            )
         keys[entry["key"]] = index
         for position, name in enumerate(entry["ncu_names"]):
             if name in names:
-                raise ConfigError(f"{where}: {path}.ncu_names[{position}]: {name!r} is already a name of {names[name]!r}")
+                raise ConfigError(
+                    f"{where}: {path}.ncu_names[{position}]: {name!r} is already a name of {names[name]!r}"
+                )
             names[name] = entry["key"]
         derive = entry.get("derive")
         if derive and derive["kind"] == "share_of":
             group = derive["group"]
             if group not in groups:
                 raise ConfigError(f"{where}: {path}.derive.group: no group {group!r} in $.groups")
-            families = [GroupFamily(members=f["members"], exclude=f.get("exclude", ())) for f in groups[group]["families"]]
+            families = [
+                GroupFamily(members=f["members"], exclude=f.get("exclude", ()))
+                for f in groups[group]["families"]
+            ]
             if not any(family.contains(name) for family in families for name in entry["ncu_names"]):
-                raise ConfigError(f"{where}: {path}.derive: none of ncu_names is a member of group {group!r}, "
-                                  "so the share would never be taken")
+                raise ConfigError(
+                    f"{where}: {path}.derive: none of ncu_names is a member of group {group!r}, "
+                    "so the share would never be taken"
+                )
 
 
 def _build(document: dict, where: str) -> MetricRegistry:
@@ -162,8 +172,10 @@ def _build(document: dict, where: str) -> MetricRegistry:
         name: MetricGroup(
             name=name,
             description=group.get("description", ""),
-            families=[GroupFamily(members=f["members"], exclude=f.get("exclude", ()), total=f.get("total"))
-                      for f in group["families"]],
+            families=[
+                GroupFamily(members=f["members"], exclude=f.get("exclude", ()), total=f.get("total"))
+                for f in group["families"]
+            ],
         )
         for name, group in document["groups"].items()
     }
@@ -180,7 +192,9 @@ def _build(document: dict, where: str) -> MetricRegistry:
                 sets=entry["sets"],
                 missing=entry["missing"],
                 description=entry["description"],
-                derive=None if derive is None else Derive(
+                derive=None
+                if derive is None
+                else Derive(
                     kind=derive["kind"],
                     group=derive.get("group"),
                     numerator=derive.get("numerator"),
@@ -202,7 +216,9 @@ def _build(document: dict, where: str) -> MetricRegistry:
 def load_registry(path: Path | str | None = None) -> MetricRegistry:
     """The metric registry at ``path`` (default: the one packaged with kopt), validated against the v1
     schema. Raises ConfigError naming the file and the JSON path of the first error."""
-    document, where = load_document(path, default=REGISTRY_FILE, schema_file=SCHEMA_FILE, what="metric registry")
+    document, where = load_document(
+        path, default=REGISTRY_FILE, schema_file=SCHEMA_FILE, what="metric registry"
+    )
     _check_consistency(document, where)
     return _build(document, where)
 
@@ -223,11 +239,15 @@ def _family_total(family: GroupFamily, metrics: Mapping[str, MetricValue]) -> fl
     total = _value(metrics, family.total)
     if total is not None and total > 0:
         return total
-    members = [metric.value for name, metric in metrics.items() if metric.value is not None and family.contains(name)]
+    members = [
+        metric.value for name, metric in metrics.items() if metric.value is not None and family.contains(name)
+    ]
     return math.fsum(members) if members else None
 
 
-def resolve_metric(registry: MetricRegistry, spec: MetricSpec, metrics: Mapping[str, MetricValue]) -> Resolved:
+def resolve_metric(
+    registry: MetricRegistry, spec: MetricSpec, metrics: Mapping[str, MetricValue]
+) -> Resolved:
     """One registry key in a profile's metrics (rules: module docstring)."""
     derive = spec.derive
     for name in spec.ncu_names:
@@ -247,8 +267,13 @@ def resolve_metric(registry: MetricRegistry, spec: MetricSpec, metrics: Mapping[
     if derive is not None and derive.kind == "ratio_of":
         numerator, denominator = _value(metrics, derive.numerator), _value(metrics, derive.denominator)
         if numerator is not None and denominator not in (None, 0.0):
-            return Resolved(spec.key, derive.scale * numerator / denominator, spec.unit,
-                            f"{derive.numerator} / {derive.denominator}", "derived")
+            return Resolved(
+                spec.key,
+                derive.scale * numerator / denominator,
+                spec.unit,
+                f"{derive.numerator} / {derive.denominator}",
+                "derived",
+            )
     if derive is not None and derive.kind == "sum_of":
         terms = [_value(metrics, term) for term in derive.terms]
         if terms and all(term is not None for term in terms):

@@ -55,8 +55,8 @@ import csv
 import io
 import math
 import re
+from collections.abc import Iterable, Mapping
 from fractions import Fraction
-from typing import Iterable, Mapping
 
 import attrs
 
@@ -65,8 +65,19 @@ from kopt_core.records.profile import KernelProfile, MetricValue, ProfileReport,
 
 # Columns of the raw page that describe the launch rather than measure it.
 IDENTITY_COLUMNS = frozenset(
-    {"ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
-     "Grid Size", "Device", "CC"}
+    {
+        "ID",
+        "Process ID",
+        "Process Name",
+        "Host Name",
+        "Kernel Name",
+        "Context",
+        "Stream",
+        "Block Size",
+        "Grid Size",
+        "Device",
+        "CC",
+    }
 )
 DURATION_METRIC = "gpu__time_duration.sum"
 
@@ -107,13 +118,37 @@ for _p, _f in _DECIMAL_PREFIX.items():
 for _p, _f in _BINARY_PREFIX.items():
     _BYTES[f"{_p}byte"] = _BYTES[f"{_p}bytes"] = _BYTES[f"{_p}B"] = Fraction(_f)
 
-_HERTZ = {"hz": Fraction(1), "khz": Fraction(10**3), "mhz": Fraction(10**6), "ghz": Fraction(10**9),
-          "thz": Fraction(10**12)}
+_HERTZ = {
+    "hz": Fraction(1),
+    "khz": Fraction(10**3),
+    "mhz": Fraction(10**6),
+    "ghz": Fraction(10**9),
+    "thz": Fraction(10**12),
+}
 
 # Count units ncu may print with an SI prefix when it scales a large number ("Kinst", "Msector").
 _COUNTS = frozenset(
-    {"inst", "sector", "sectors", "cycle", "cycles", "request", "requests", "warp", "warps", "thread",
-     "threads", "block", "blocks", "branches", "wavefront", "wavefronts", "pass", "sample", "register"}
+    {
+        "inst",
+        "sector",
+        "sectors",
+        "cycle",
+        "cycles",
+        "request",
+        "requests",
+        "warp",
+        "warps",
+        "thread",
+        "threads",
+        "block",
+        "blocks",
+        "branches",
+        "wavefront",
+        "wavefronts",
+        "pass",
+        "sample",
+        "register",
+    }
 )
 
 
@@ -210,7 +245,7 @@ def _read_table(text: str, what: str) -> tuple[list[str], list[list[str]]]:
     start = next((index for index, line in enumerate(lines) if _is_header(line)), None)
     if start is None:
         raise HardwareError(
-            f"ncu report has no kernels: no CSV header (a line starting with \"ID\", naming \"Kernel Name\") "
+            f'ncu report has no kernels: no CSV header (a line starting with "ID", naming "Kernel Name") '
             f"in {what}",
             hint="was anything profiled? check the ncu log for ==ERROR== lines and the kernel filter",
         )
@@ -224,7 +259,7 @@ def _read_table(text: str, what: str) -> tuple[list[str], list[list[str]]]:
         if len(fields) == width and fields != header:
             rows.append(fields)
 
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         line = line.rstrip("\r")
         stripped = line.strip()
         if pending is not None:
@@ -268,7 +303,9 @@ def parse_raw_csv(text: str, source: str = "") -> ProfileReport:
             hint="the kernel filter matched nothing, or the profiled range launched no kernel",
         )
 
-    columns = [(index, name, bare_metric_name(name)) for index, name in enumerate(header) if _is_metric_column(name)]
+    columns = [
+        (index, name, bare_metric_name(name)) for index, name in enumerate(header) if _is_metric_column(name)
+    ]
     # candidates for each bare name: the unprefixed column first, then prefixed ones in column order
     candidates: dict[str, list[int]] = {}
     for index, name, bare in columns:
@@ -313,7 +350,9 @@ def parse_raw_csv(text: str, source: str = "") -> ProfileReport:
 
 # ------------------------------------------------------------------------------------------- aggregate
 
-_EXTENSIVE_UNITS = frozenset({"byte", "sector", "sectors", "inst", "cycle", "request", "branches", "warp", "ms"})
+_EXTENSIVE_UNITS = frozenset(
+    {"byte", "sector", "sectors", "inst", "cycle", "request", "branches", "warp", "ms"}
+)
 
 
 def is_extensive(name: str, unit: str) -> bool:
@@ -339,8 +378,13 @@ def _combine(key: str, kernels: list[KernelProfile]) -> MetricValue:
     known = [(kernel.duration_ms, metric.value) for kernel, metric in having if metric.value is not None]
     if not known:
         raws = {metric.raw for _, metric in having}
-        return MetricValue(name=first.name, value=None, unit=first.unit,
-                           raw=raws.pop() if len(raws) == 1 else "", raw_unit=first.raw_unit)
+        return MetricValue(
+            name=first.name,
+            value=None,
+            unit=first.unit,
+            raw=raws.pop() if len(raws) == 1 else "",
+            raw_unit=first.raw_unit,
+        )
     if is_extensive(first.name, first.unit):
         value = math.fsum(v for _, v in known)
     else:
@@ -427,6 +471,7 @@ def attach_findings(report: ProfileReport, findings: Mapping[int, Iterable[RuleF
     if report.aggregate is None or len(kernels) == 1:
         aggregate = aggregate_kernels(kernels)
     else:
-        aggregate = attrs.evolve(report.aggregate,
-                                 findings=tuple(finding for kernel in kernels for finding in kernel.findings))
+        aggregate = attrs.evolve(
+            report.aggregate, findings=tuple(finding for kernel in kernels for finding in kernel.findings)
+        )
     return attrs.evolve(report, kernels=tuple(kernels), aggregate=aggregate)

@@ -12,8 +12,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from kopt_core.process import run_in_group
 from kopt_core.errors import HardwareError
+from kopt_core.process import run_in_group
 from kopt_core.records import NcuAttempt
 from kopt_core.tools import find_tool
 
@@ -35,10 +35,21 @@ def choose_bundle(duration_ms: float | None) -> tuple[str, str]:
     return "light", f"kernel takes {duration_ms:.4g} ms >= {FULL_BELOW_MS:g} ms: light (basic) set"
 
 
-def ncu_command(ncu: str, bundle: str, report_base: Path, target: list[str], kernel_filter: str | None) -> list[str]:
+def ncu_command(
+    ncu: str, bundle: str, report_base: Path, target: list[str], kernel_filter: str | None
+) -> list[str]:
     command = [
-        ncu, "--profile-from-start", "off", "--clock-control", "none", "--target-processes", "all",
-        "--force-overwrite", "--export", str(report_base), *BUNDLE_ARGS[bundle],
+        ncu,
+        "--profile-from-start",
+        "off",
+        "--clock-control",
+        "none",
+        "--target-processes",
+        "all",
+        "--force-overwrite",
+        "--export",
+        str(report_base),
+        *BUNDLE_ARGS[bundle],
     ]
     if kernel_filter:
         command += ["--kernel-name", kernel_filter]
@@ -66,8 +77,10 @@ def profile(
     """
     ncu = ncu or find_ncu()
     if ncu is None:
-        raise HardwareError("ncu (Nsight Compute) not found on PATH, in CUDA_HOME or /opt/nvidia/nsight-compute",
-                            hint="install Nsight Compute or put ncu on PATH")
+        raise HardwareError(
+            "ncu (Nsight Compute) not found on PATH, in CUDA_HOME or /opt/nvidia/nsight-compute",
+            hint="install Nsight Compute or put ncu on PATH",
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     bundle, reason = (force_bundle, f"forced: {force_bundle}") if force_bundle else choose_bundle(duration_ms)
     env = dict(os.environ, **(extra_env or {}))
@@ -81,10 +94,21 @@ def profile(
         limit = full_timeout_s if (bundle == "full" and full_timeout_s is not None) else timeout_s
         ran = run_in_group(command, timeout_s=limit, env=env, log_path=log)
         if ran.error:
-            raise HardwareError(f"cannot run ncu ({ncu}): {ran.error}", hint="install Nsight Compute or put ncu on PATH")
+            raise HardwareError(
+                f"cannot run ncu ({ncu}): {ran.error}", hint="install Nsight Compute or put ncu on PATH"
+            )
         code, timed_out = ran.returncode, ran.timed_out
-        attempts.append(NcuAttempt(command=command, bundle=bundle, reason=reason, returncode=code,
-                                   timed_out=timed_out, seconds=ran.seconds, log=str(log)))
+        attempts.append(
+            NcuAttempt(
+                command=command,
+                bundle=bundle,
+                reason=reason,
+                returncode=code,
+                timed_out=timed_out,
+                seconds=ran.seconds,
+                log=str(log),
+            )
+        )
         if code == 0 and report.is_file() and report.stat().st_size > 0:
             return report, bundle, reason, attempts
         if bundle == "full" and (timed_out or code == REPLAY_EXIT_CODE):
@@ -103,10 +127,19 @@ def export_csv(report: Path, page: str, *, ncu: str | None = None, timeout_s: fl
     """``ncu --import REPORT --csv --page raw|details``: the report as CSV text."""
     ncu = ncu or find_ncu()
     if ncu is None:
-        raise HardwareError(f"ncu is needed to read {report}", hint="install Nsight Compute, or import a CSV export")
-    done = subprocess.run([ncu, "--import", str(report), "--csv", "--page", page], capture_output=True, text=True,
-                          timeout=timeout_s, check=False)
+        raise HardwareError(
+            f"ncu is needed to read {report}", hint="install Nsight Compute, or import a CSV export"
+        )
+    done = subprocess.run(
+        [ncu, "--import", str(report), "--csv", "--page", page],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
     if done.returncode != 0:
-        raise HardwareError(f"ncu --import {report} --page {page} failed (exit {done.returncode}): "
-                            f"{(done.stderr or done.stdout).strip()[:500]}")
+        raise HardwareError(
+            f"ncu --import {report} --page {page} failed (exit {done.returncode}): "
+            f"{(done.stderr or done.stdout).strip()[:500]}"
+        )
     return done.stdout

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from attrs import frozen, field
+from attrs import field, frozen
 
 from kopt_core.records.build import Artifact
 from kopt_core.records.converter import read_document

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from attrs import frozen, field
+from attrs import field, frozen
 
 ParamKind = Literal["buffer", "scalar"]
 Role = Literal["input", "output", "inout"]

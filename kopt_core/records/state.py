@@ -89,10 +89,17 @@ class RooflineHistoryEntry:
 
     @classmethod
     def of(cls, iteration: int, roofline: Roofline) -> RooflineHistoryEntry:
-        return cls(iteration=iteration, bound=roofline.bound, near_peak=roofline.near_peak,
-                   delta_compute=roofline.delta_compute, delta_memory=roofline.delta_memory,
-                   delta_latency=roofline.delta_latency, axis_budget=dict(roofline.axis_budget),
-                   label=roofline.label, duration_ms=roofline.duration_ms)
+        return cls(
+            iteration=iteration,
+            bound=roofline.bound,
+            near_peak=roofline.near_peak,
+            delta_compute=roofline.delta_compute,
+            delta_memory=roofline.delta_memory,
+            delta_latency=roofline.delta_latency,
+            axis_budget=dict(roofline.axis_budget),
+            label=roofline.label,
+            duration_ms=roofline.duration_ms,
+        )
 
 
 @frozen
@@ -122,7 +129,9 @@ class State:
     roofline_history: tuple[RooflineHistoryEntry, ...] = field(default=(), converter=tuple)
     # the correct non-champion branches; nothing reads them by key yet, so they stay as the writer wrote them
     frontier: tuple[dict, ...] = field(default=(), converter=tuple)
-    run_status: str = "initialized"  # initialized | seeded | running | awaiting_branches | completed | stopped
+    run_status: str = (
+        "initialized"  # initialized | seeded | running | awaiting_branches | completed | stopped
+    )
     generation_allowed: bool = False
     stop_reason: str | None = None
     stop_stage: str | None = None

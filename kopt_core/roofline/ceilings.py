@@ -20,8 +20,8 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
-from typing import Callable, Sequence
 
 from kopt_core.roofline.records import Ceilings
 
@@ -71,7 +71,10 @@ def _time_ms(torch, fn: Callable[[], object], *, runs: int, warmup: int) -> list
 
 def _stats(times: Sequence[float]) -> dict:
     return {
-        "median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times), "runs": len(times),
+        "median_ms": statistics.median(times),
+        "min_ms": min(times),
+        "max_ms": max(times),
+        "runs": len(times),
     }
 
 
@@ -99,8 +102,12 @@ def _bandwidth_method(torch, name: str, tensor_bytes: int) -> dict:
     nbytes = tensors[0].numel() * tensors[0].element_size()
     times = _time_ms(torch, fn, runs=BANDWIDTH_RUNS, warmup=3)
     moved = moved_per_tensor * nbytes
-    return {**_stats(times), "tensor_bytes": nbytes, "bytes_moved": moved,
-            "bytes_per_s": moved / (min(times) / 1e3)}
+    return {
+        **_stats(times),
+        "tensor_bytes": nbytes,
+        "bytes_moved": moved,
+        "bytes_per_s": moved / (min(times) / 1e3),
+    }
 
 
 def _bandwidth(torch) -> tuple[float, dict]:
@@ -160,8 +167,13 @@ def _fp8(torch, n: int, flops: float, rates: dict, details: dict) -> None:
         fn = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
         times = _time_ms(torch, fn, runs=MATMUL_RUNS, warmup=2)
         rates[name] = flops / (min(times) / 1e3)
-        details[name] = {**_stats(times), "n": n, "flops": flops, "flops_per_s": rates[name],
-                         "op": "torch._scaled_mm, bf16 out, unit scales"}
+        details[name] = {
+            **_stats(times),
+            "n": n,
+            "flops": flops,
+            "flops_per_s": rates[name],
+            "op": "torch._scaled_mm, bf16 out, unit scales",
+        }
     except Exception as exc:
         details[name] = {"skipped": f"{type(exc).__name__}: {exc}"[:300]}
     finally:
@@ -218,8 +230,10 @@ def ceilings_main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     path = write_json(args[0], to_data(ceilings))
-    print(f"{ceilings.source}: bandwidth {ceilings.bandwidth_bytes_per_s / 1e12:.3f} TB/s "
-          f"(best: {ceilings.details['bandwidth']['best']})")
+    print(
+        f"{ceilings.source}: bandwidth {ceilings.bandwidth_bytes_per_s / 1e12:.3f} TB/s "
+        f"(best: {ceilings.details['bandwidth']['best']})"
+    )
     for name, rate in ceilings.flops_per_s.items():
         print(f"  {name:14s} {rate / 1e12:8.1f} TFLOP/s")
     for name, info in ceilings.details["matmul"].items():

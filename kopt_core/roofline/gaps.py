@@ -9,15 +9,23 @@ The latency gap is the largest warp-stall share (percentage of stall cycles per 
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from kopt_core.roofline.heuristic import bottleneck_gaps
 from kopt_core.roofline.model import why_no_roofline, workload_roofline
-from kopt_core.roofline.reading import LABEL_ROOFLINE, SATURATED_PCT, AxisReading, clamp01, known, pct
-from kopt_core.roofline.records import AXES, Ceilings, Roofline
 
 # Re-exported: kopt_core.steps.profile imports the ncu_top builders from here, tests the heuristic's label.
-from kopt_core.roofline.reading import LABEL_HEURISTIC  # noqa: F401
+from kopt_core.roofline.reading import (
+    LABEL_HEURISTIC,  # noqa: F401
+    LABEL_ROOFLINE,
+    SATURATED_PCT,
+    AxisReading,
+    clamp01,
+    known,
+    pct,
+)
+from kopt_core.roofline.records import AXES, Ceilings, Roofline
 from kopt_core.roofline.top import build_ncu_top, metric_values  # noqa: F401
 
 BUDGET_TOTAL = 3
@@ -104,14 +112,18 @@ def _saturated_unit(metrics: Mapping[str, Any], reasons: list[str]) -> str | Non
     """The axis of a unit ncu saw saturated (speed of light >= SATURATED_PCT), if any: that unit bounds the
     kernel whatever the DRAM roofline says (a naive SGEMM is bound by L1 traffic that bytes_min cannot
     see). The busier of compute and memory wins."""
-    sol = {"compute": known(metrics.get("sm_throughput_pct")),
-           "memory": known(metrics.get("memory_throughput_pct"))}
+    sol = {
+        "compute": known(metrics.get("sm_throughput_pct")),
+        "memory": known(metrics.get("memory_throughput_pct")),
+    }
     busy = {axis: value for axis, value in sol.items() if value is not None and value >= SATURATED_PCT}
     if not busy:
         return None
     axis = max(busy, key=lambda a: (busy[a], a == "compute"))
-    reasons.append(f"bound {axis}: ncu measured the {axis} units at {busy[axis]:.1f}% of their peak "
-                   f"(>= {SATURATED_PCT:g}%: saturated)")
+    reasons.append(
+        f"bound {axis}: ncu measured the {axis} units at {busy[axis]:.1f}% of their peak "
+        f"(>= {SATURATED_PCT:g}%: saturated)"
+    )
     return axis
 
 

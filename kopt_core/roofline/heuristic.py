@@ -3,7 +3,8 @@ percentages stand in for the utilisations. It has no floor, so it never allows n
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from kopt_core.roofline.reading import LABEL_HEURISTIC, AxisReading, clamp01, known
 

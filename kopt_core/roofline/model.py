@@ -3,7 +3,8 @@ duration gives its achieved rates; utilisation = achieved rate / the device's me
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from kopt_core.roofline.reading import LABEL_ROOFLINE, AxisReading, clamp01, format_rate, known, pct
 from kopt_core.roofline.records import Achieved, Ceilings
@@ -76,8 +77,10 @@ def workload_roofline(
     )
     compute_util, compute_floor_s, compute_reason = _compute(flops, achieved, ceilings, peak_dtype)
     floor_ms = max(f * 1e3 for f in (compute_floor_s, memory_floor_s) if f is not None)
-    tolerance = {"compute": BELOW_FLOOR_TOLERANCE,
-                 "memory": BELOW_FLOOR_TOLERANCE + write_back_allowance(ceilings, bytes_min)}
+    tolerance = {
+        "compute": BELOW_FLOOR_TOLERANCE,
+        "memory": BELOW_FLOOR_TOLERANCE + write_back_allowance(ceilings, bytes_min),
+    }
     below_floor, ceiling_reasons = _over_ceiling(
         {"compute": compute_util, "memory": memory_util}, tolerance, duration, floor_ms
     )

@@ -64,10 +64,22 @@ def _draw_roofline(fig, r: Roofline) -> None:
         ax.axhline(peak, color="tab:red", lw=1, ls=":", alpha=0.6)
         roof = [min(peak, bandwidth * x) for x in xs]
         ax.plot(xs, roof, color="black", lw=2.2, label="attainable")
-        ax.plot([], [], color="tab:red", ls=":",
-                label=f"compute roof: {r.peak_dtype} {format_rate(peak, 'FLOP/s')}")
-        ax.plot([ridge], [peak], marker="D", color="gray", ms=7, ls="none",
-                label=f"ridge point: {ridge:.3g} FLOP/byte")
+        ax.plot(
+            [],
+            [],
+            color="tab:red",
+            ls=":",
+            label=f"compute roof: {r.peak_dtype} {format_rate(peak, 'FLOP/s')}",
+        )
+        ax.plot(
+            [ridge],
+            [peak],
+            marker="D",
+            color="gray",
+            ms=7,
+            ls="none",
+            label=f"ridge point: {ridge:.3g} FLOP/byte",
+        )
     else:
         ax.plot(xs, [bandwidth * x for x in xs], color="black", lw=2.2, label="attainable (memory only)")
     ax.plot([], [], color="tab:blue", ls=":", label=f"memory roof: {format_rate(bandwidth, 'B/s')}")
@@ -78,14 +90,28 @@ def _draw_roofline(fig, r: Roofline) -> None:
     if r.memory_utilization is not None:
         parts.append(f"{100 * r.memory_utilization:.1f}% of bandwidth")
     colour = "tab:red" if r.below_floor else "tab:green"
-    ax.plot([intensity], [a.flops_per_s], marker="o", ms=10, color=colour, ls="none",
-            label=f"kernel: {format_rate(a.flops_per_s, 'FLOP/s')}, {a.duration_ms:.4g} ms")
+    ax.plot(
+        [intensity],
+        [a.flops_per_s],
+        marker="o",
+        ms=10,
+        color=colour,
+        ls="none",
+        label=f"kernel: {format_rate(a.flops_per_s, 'FLOP/s')}, {a.duration_ms:.4g} ms",
+    )
     note = "\n".join(parts)
     if r.below_floor:
         note += "\nBELOW THE ROOFLINE FLOOR:\nmeasurement bug or cheat"
-    ax.annotate(note, xy=(intensity, a.flops_per_s), xytext=(12, -14), textcoords="offset points",
-                fontsize=9, va="top", color=colour if r.below_floor else "black",
-                bbox={"boxstyle": "round,pad=0.3", "fc": "white", "ec": colour, "alpha": 0.9})
+    ax.annotate(
+        note,
+        xy=(intensity, a.flops_per_s),
+        xytext=(12, -14),
+        textcoords="offset points",
+        fontsize=9,
+        va="top",
+        color=colour if r.below_floor else "black",
+        bbox={"boxstyle": "round,pad=0.3", "fc": "white", "ec": colour, "alpha": 0.9},
+    )
 
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -100,8 +126,7 @@ def _draw_roofline(fig, r: Roofline) -> None:
     ax.set_title(
         f"roofline: {c.device}, bound {r.bound}"
         f"{', near peak' if r.near_peak else ''}\n"
-        f"budget " + ", ".join(f"{k} {r.axis_budget.get(k, 0)}" for k in AXES)
-        + f"   ({c.source})",
+        f"budget " + ", ".join(f"{k} {r.axis_budget.get(k, 0)}" for k in AXES) + f"   ({c.source})",
         fontsize=10,
     )
 
@@ -132,5 +157,9 @@ def _draw_gaps(fig, r: Roofline) -> None:
         title = "roofline (gaps only: no arithmetic intensity to place on the roof)"
     else:
         title = "bottleneck-gap heuristic (no workload model)"
-    ax.set_title(f"{title}\nbound {r.bound}; near_peak is never claimed from a heuristic"
-                 if r.label != "roofline" else f"{title}\nbound {r.bound}", fontsize=10)
+    ax.set_title(
+        f"{title}\nbound {r.bound}; near_peak is never claimed from a heuristic"
+        if r.label != "roofline"
+        else f"{title}\nbound {r.bound}",
+        fontsize=10,
+    )

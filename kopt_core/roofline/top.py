@@ -3,7 +3,7 @@ sentence that makes it evidence."""
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from kopt_core.roofline.reading import SATURATED_PCT, clamp01, known
 from kopt_core.roofline.records import AXES, NcuTop, TopMetric
@@ -63,7 +63,11 @@ def _evidence(row: Mapping, value: float, badness: float | None) -> str:
     if _is_idle(value, unit, bad_when, utilisation):
         return f"{name} {value:.2g}%: idle in this kernel: ranked after the active ones{derived}"
     if _is_percent(unit) and utilisation:
-        state = "saturated: a bound of this kernel" if value >= SATURATED_PCT else f"{100.0 - value:.1f}% headroom"
+        state = (
+            "saturated: a bound of this kernel"
+            if value >= SATURATED_PCT
+            else f"{100.0 - value:.1f}% headroom"
+        )
         return f"{name} {value:.1f}% of peak: {state}{derived}"
     if _is_percent(unit) and bad_when == "low":
         return f"{name} {value:.1f}%: higher is better, badness {badness:.2f}{derived}"
@@ -120,9 +124,9 @@ def top_metrics(resolved: Iterable[Mapping], ncu_num: int) -> dict[str, list[Top
 
 def unknown_keys(resolved: Iterable[Mapping]) -> list[str]:
     """Registry keys of the ranked axes that ncu gave no value for (missing is unknown, never zero)."""
-    return sorted({
-        str(row["key"]) for row in resolved if row.get("axis") in AXES and _row_value(row) is None
-    })
+    return sorted(
+        {str(row["key"]) for row in resolved if row.get("axis") in AXES and _row_value(row) is None}
+    )
 
 
 def metric_values(resolved: Iterable[Mapping]) -> dict[str, float | None]:

@@ -56,8 +56,9 @@ def init_run(
     """Check the baseline, reference, dims, env.json and options, then create the run folder. Raises
     ConfigError (exit 4) for anything the user must fix; nothing is created in that case."""
     # 1. the static contract: no GPU, no build
-    info, _, candidate = static_contract(pm, baseline, ref, dims, backend=backend, on_warning=on_warning,
-                                         what="baseline")
+    info, _, candidate = static_contract(
+        pm, baseline, ref, dims, backend=backend, on_warning=on_warning, what="baseline"
+    )
     path = Path(candidate.path)
 
     # 2. the hardware gate's verdict
@@ -65,15 +66,19 @@ def init_run(
     if env.backend and env.backend != info.name and on_warning:
         on_warning(f"env.json was written for the {env.backend} backend, the baseline uses {info.name}")
     if not env.generation_allowed and on_warning:
-        on_warning("env.json does not allow generation (the hardware gate failed or was diagnostic): the run "
-                   "will stop before its first benchmark; rerun `kopt gate` on a machine that passes")
+        on_warning(
+            "env.json does not allow generation (the hardware gate failed or was diagnostic): the run "
+            "will stop before its first benchmark; rerun `kopt gate` on a machine that passes"
+        )
 
     # 3. the options
     iterations = _positive("iterations", iterations, "--iterations")
     ncu_num = _positive("ncu_num", ncu_num, "--ncu-num")
     branches = _positive("branches", branches, "--branches")
     if numerics_mode not in NUMERICS_MODES:
-        raise ConfigError(f"--numerics-mode must be one of {', '.join(NUMERICS_MODES)}, got {numerics_mode!r}")
+        raise ConfigError(
+            f"--numerics-mode must be one of {', '.join(NUMERICS_MODES)}, got {numerics_mode!r}"
+        )
     jobs = normalize_compile_jobs(compile_jobs)
 
     # 4. the folder: baseline/ + env.json + state.json, or nothing at all

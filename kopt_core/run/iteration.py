@@ -47,8 +47,9 @@ def _capability(state: State) -> str:
 def _ineffective(state: State) -> dict[str, str | None]:
     """Each ineffective method with the bound of the profile it was selected on."""
     bounds = {entry.iteration: entry.bound for entry in state.roofline_history}
-    return {m: bounds.get(h.iteration) for h in state.history for m in h.methods
-            if m in state.ineffective_methods}
+    return {
+        m: bounds.get(h.iteration) for h in state.history for m in h.methods if m in state.ineffective_methods
+    }
 
 
 def _input_dtypes(state: State) -> tuple[str, ...]:
@@ -69,16 +70,30 @@ def open_iteration(pm, store: RunStore, iteration: int) -> Path:
             raise ConfigError(f"{store.run_dir} is {state.run_status}: seed the baseline first (kopt seed)")
         expected = state.verified_iterations + 1
         if iteration != expected or iteration > state.iterations_total:
-            raise ConfigError(f"iteration {iteration} cannot open: the next is {expected} of "
-                              f"{state.iterations_total}")
+            raise ConfigError(
+                f"iteration {iteration} cannot open: the next is {expected} of {state.iterations_total}"
+            )
         staging = staging_dir(state.run_dir, iteration)
         shutil.rmtree(staging, ignore_errors=True)  # a killed earlier attempt left it
         try:
             recheck_hardware()
-            prepared = prepare(pm, state.best_file, state.ref_file, dict(state.dims), backend=state.backend,
-                               purpose="open an iteration")
-            outcome = profile_prepared(pm, prepared, staging, name="best_input", ncu_num=state.ncu_num,
-                                       ceilings=ceilings_of(state), force_bundle=_first_bundle(state))
+            prepared = prepare(
+                pm,
+                state.best_file,
+                state.ref_file,
+                dict(state.dims),
+                backend=state.backend,
+                purpose="open an iteration",
+            )
+            outcome = profile_prepared(
+                pm,
+                prepared,
+                staging,
+                name="best_input",
+                ncu_num=state.ncu_num,
+                ceilings=ceilings_of(state),
+                force_bundle=_first_bundle(state),
+            )
             problem = profile_problem(outcome)
             if problem:
                 raise HardwareError(f"the profile of the best kernel is degraded: {problem}")
@@ -105,20 +120,31 @@ def profile_in_run(pm, store: RunStore, iteration: int, which: str) -> Path:
         state = store.load()
         folder = iteration_dir(state.run_dir, iteration)
         if not folder.is_dir():
-            raise ConfigError(f"{folder} does not exist: open the iteration first (kopt iter open --iter "
-                              f"{iteration})")
+            raise ConfigError(
+                f"{folder} does not exist: open the iteration first (kopt iter open --iter {iteration})"
+            )
         if which == "best_input":
             kernel = Path(state.best_file)
         else:
-            kernel = folder / f"kernel{Path(state.best_file).suffix}"  # the champion, in the baseline's language
+            kernel = (
+                folder / f"kernel{Path(state.best_file).suffix}"
+            )  # the champion, in the baseline's language
             if not kernel.is_file():
                 raise ConfigError(f"{folder} has no champion {kernel.name} yet: explore the branches first")
         try:
-            prepared = prepare(pm, kernel, state.ref_file, dict(state.dims), backend=state.backend,
-                               purpose="profile it")
-            outcome = profile_prepared(pm, prepared, folder, name=which, ncu_num=state.ncu_num,
-                                       ceilings=ceilings_of(state), force_bundle=_first_bundle(state),
-                                       prefix="" if which == "best_input" else f"{which}_")
+            prepared = prepare(
+                pm, kernel, state.ref_file, dict(state.dims), backend=state.backend, purpose="profile it"
+            )
+            outcome = profile_prepared(
+                pm,
+                prepared,
+                folder,
+                name=which,
+                ncu_num=state.ncu_num,
+                ceilings=ceilings_of(state),
+                force_bundle=_first_bundle(state),
+                prefix="" if which == "best_input" else f"{which}_",
+            )
         except KoptError as error:
             stop_on_failure(store, f"profile_{which}", error, iteration=iteration)
         return Path(outcome.summary.report)
@@ -129,8 +155,13 @@ def select_in_run(pm, store: RunStore, iteration: int, *, acknowledged: tuple[st
     from its best_input profile, the run's method history and its numerics mode. An implementation-failed
     method is considered again only when ``acknowledged`` names it."""
     from kopt_core.hardware import arch_for_capability
-    from kopt_core.steps.select import (read_evidence, read_traits, render_analysis, select_from_evidence,
-                                        write_selection)
+    from kopt_core.steps.select import (
+        read_evidence,
+        read_traits,
+        render_analysis,
+        select_from_evidence,
+        write_selection,
+    )
 
     with store.locked("select"):
         state = store.load()
@@ -141,11 +172,20 @@ def select_in_run(pm, store: RunStore, iteration: int, *, acknowledged: tuple[st
         arch = arch_for_capability(_capability(state))
         mnemonics, traits = read_traits(profile_dir=folder)
         selection = select_from_evidence(
-            roofline, ncu_top, arch=arch, backend=state.backend,
-            iteration=iteration, numerics_mode=state.numerics_mode, selected_before=state.selected_methods,
-            ineffective=_ineffective(state), implementation_failed=state.implementation_failed_methods,
-            acknowledged=acknowledged, dtypes=_input_dtypes(state), sass_mnemonics=mnemonics,
+            roofline,
+            ncu_top,
+            arch=arch,
+            backend=state.backend,
+            iteration=iteration,
+            numerics_mode=state.numerics_mode,
+            selected_before=state.selected_methods,
+            ineffective=_ineffective(state),
+            implementation_failed=state.implementation_failed_methods,
+            acknowledged=acknowledged,
+            dtypes=_input_dtypes(state),
+            sass_mnemonics=mnemonics,
         )
         notes = [traits]
-        return write_selection(folder, selection, render_analysis(selection, roofline, ncu_top, state.best_file,
-                                                                   notes))
+        return write_selection(
+            folder, selection, render_analysis(selection, roofline, ncu_top, state.best_file, notes)
+        )

@@ -21,7 +21,9 @@ def new_run_dir(baseline: str | os.PathLike, now: datetime | None = None) -> Pat
     stamp = (now or datetime.now()).strftime("%Y%m%d_%H%M%S")
     suffix = 1
     while True:
-        candidate = parent / f"{RUN_PREFIX}{stamp}" if suffix == 1 else parent / f"{RUN_PREFIX}{stamp}_{suffix}"
+        candidate = (
+            parent / f"{RUN_PREFIX}{stamp}" if suffix == 1 else parent / f"{RUN_PREFIX}{stamp}_{suffix}"
+        )
         try:
             candidate.mkdir()
         except FileExistsError:

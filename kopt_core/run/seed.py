@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kopt_core.errors import EXIT_CONFIG, EXIT_HARDWARE, ConfigError, HardwareError, KoptError, ValidationError
+from kopt_core.errors import (
+    EXIT_CONFIG,
+    EXIT_HARDWARE,
+    ConfigError,
+    HardwareError,
+    KoptError,
+    ValidationError,
+)
 from kopt_core.jsonio import write_json
 from kopt_core.records import BenchOptions, to_data
 from kopt_core.records.state import RooflineHistoryEntry, State
@@ -58,9 +65,17 @@ def seed_baseline(pm, store: RunStore, *, options: BenchOptions | None = None) -
         folder = baseline_dir(state.run_dir)
         try:
             if not state.generation_allowed:
-                raise HardwareError("the hardware gate did not allow generation (env.json); run `kopt gate` again")
-            prepared = prepare(pm, state.best_file, state.ref_file, dict(state.dims), backend=state.backend,
-                               purpose="seed the run")
+                raise HardwareError(
+                    "the hardware gate did not allow generation (env.json); run `kopt gate` again"
+                )
+            prepared = prepare(
+                pm,
+                state.best_file,
+                state.ref_file,
+                dict(state.dims),
+                backend=state.backend,
+                purpose="seed the run",
+            )
             bench = run_bench(pm, prepared, options or BenchOptions())
             write_json(folder / "bench.json", to_data(bench))
             code = exit_code(bench)
@@ -69,8 +84,15 @@ def seed_baseline(pm, store: RunStore, *, options: BenchOptions | None = None) -
                 raise kind(f"the baseline failed ({bench.error_stage}): {bench.error}")
             if bench.reference_timing is None or not bench.reference_timing.median_ms > 0:
                 raise ValidationError("the reference has no stable positive timing")
-            outcome = profile_prepared(pm, prepared, folder, name="baseline", ncu_num=state.ncu_num,
-                                       ceilings=ceilings_of(state), bench=bench)
+            outcome = profile_prepared(
+                pm,
+                prepared,
+                folder,
+                name="baseline",
+                ncu_num=state.ncu_num,
+                ceilings=ceilings_of(state),
+                bench=bench,
+            )
             problem = profile_problem(outcome)
             if problem:
                 raise HardwareError(f"the baseline's ncu profile is degraded: {problem}")

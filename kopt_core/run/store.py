@@ -12,10 +12,10 @@ import fcntl
 import json
 import os
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
 
 import attrs
 
@@ -31,8 +31,15 @@ LOCK_FILE = ".kopt.lock"
 SUMMARY_FILE = "summary.md"
 
 # The fields schema v5 added to state.json (docs/loop.md lists every field).
-V5_FIELDS = ("run_status", "generation_allowed", "stop_reason", "stop_stage", "hardware_attempts",
-             "verified_iterations", "last_verified_iter")
+V5_FIELDS = (
+    "run_status",
+    "generation_allowed",
+    "stop_reason",
+    "stop_stage",
+    "hardware_attempts",
+    "verified_iterations",
+    "last_verified_iter",
+)
 
 GATE_HINT = "run `kopt gate --out env.json` first and pass its env.json with --env"
 
@@ -46,6 +53,7 @@ def now_iso() -> str:
 
 
 # ----------------------------------------------------------------------------------------------- migrations
+
 
 def _backend_from_v4(data: dict) -> str:
     """v4 (the shape before v5) has no top-level backend: the gate's env.json names it; else the
@@ -88,8 +96,9 @@ def state_v4_to_v5(data: dict) -> dict:
     data.setdefault("stop_reason", None)
     data.setdefault("stop_stage", None)
     attempts = env.get("attempts")
-    data.setdefault("hardware_attempts", attempts if isinstance(attempts, int) and not isinstance(attempts, bool)
-                    else 0)
+    data.setdefault(
+        "hardware_attempts", attempts if isinstance(attempts, int) and not isinstance(attempts, bool) else 0
+    )
     data.setdefault("verified_iterations", len(verified))
     data.setdefault("last_verified_iter", max(verified) if verified else None)
     return data
@@ -140,6 +149,7 @@ def _current_state(data: dict) -> dict:
 
 # ------------------------------------------------------------------------------------------------- env.json
 
+
 def read_record(path: Path, kind: str, version: int, cls, *, what: str, hint: str | None = None):
     """A versioned JSON record (state, env, stop): read, migrated to ``version``, converted to ``cls``.
     Anything unreadable is a ConfigError naming ``what`` and the reason."""
@@ -161,6 +171,7 @@ def read_env(path: str | os.PathLike) -> Env:
 
 
 # ------------------------------------------------------------------------------------------------ the store
+
 
 class RunStore:
     def __init__(self, run_dir: str | os.PathLike):
@@ -193,8 +204,10 @@ class RunStore:
     def load(self) -> State:
         path = self.state_path
         if not path.is_file():
-            raise ConfigError(f"{self.run_dir} is not a kopt run: it has no {STATE_FILE}",
-                              hint="create a run with `kopt init`")
+            raise ConfigError(
+                f"{self.run_dir} is not a kopt run: it has no {STATE_FILE}",
+                hint="create a run with `kopt init`",
+            )
         return read_record(path, "state", STATE_SCHEMA_VERSION, State, what=str(path))
 
     def save(self, state: State) -> Path:
@@ -222,8 +235,9 @@ class RunStore:
         (run_status "stopped", stop_reason, stop_stage), each atomically; then the stopped summary.md."""
         from kopt_core.run.summary import render_summary
 
-        stop = StopRecord(stage=stage, reason=reason, exit_code=int(exit_code), iteration=iteration,
-                          created_at=now_iso())
+        stop = StopRecord(
+            stage=stage, reason=reason, exit_code=int(exit_code), iteration=iteration, created_at=now_iso()
+        )
         write_json(self.stop_path, to_data(stop))
         self.update(run_status="stopped", stop_reason=reason, stop_stage=stage)
         render_summary(self)
@@ -262,7 +276,8 @@ class RunStore:
                 since = holder.get("started_at", "")
                 raise RunLocked(
                     f"run {self.run_dir} is locked by pid {pid} (step {held_step}"
-                    + (f", since {since}" if since else "") + ")",
+                    + (f", since {since}" if since else "")
+                    + ")",
                     hint="wait for that kopt to finish; if no such process runs, the lock frees itself",
                 ) from None
             holder = {"pid": os.getpid(), "step": step, "started_at": now_iso(), "started_unix": time.time()}

@@ -49,8 +49,11 @@ def render_summary(store) -> Path:
             if stop.created_at:
                 lines.append(f"- at: {stop.created_at}")
         else:
-            lines += [f"- stage: {state.stop_stage or '-'}", f"- reason: {state.stop_reason or '-'}",
-                      "- exit code: - (stop.json is missing)"]
+            lines += [
+                f"- stage: {state.stop_stage or '-'}",
+                f"- reason: {state.stop_reason or '-'}",
+                "- exit code: - (stop.json is missing)",
+            ]
         lines.append("")
 
     lines += ["## Result", ""]
@@ -58,30 +61,51 @@ def render_summary(store) -> Path:
     lines.append(f"- best: `{state.best_file}` ({fmt_ms(state.best_metric_ms)})")
     if base and state.best_metric_ms:
         lines.append(f"- speedup over the baseline: {base / state.best_metric_ms:.3f}x")
-    lines.append(f"- backend: {state.backend}; dims: "
-                 + ", ".join(f"{k}={v}" for k, v in state.dims.items()))
-    lines.append(f"- iterations verified: {state.verified_iterations} of {state.iterations_total} (at most)"
-                 + (f"; last verified: iterv{state.last_verified_iter}" if state.last_verified_iter is not None
-                    else ""))
-    lines.append(f"- generation allowed: {'yes' if state.generation_allowed else 'no'} "
-                 f"(hardware gate attempts: {state.hardware_attempts})")
+    lines.append(f"- backend: {state.backend}; dims: " + ", ".join(f"{k}={v}" for k, v in state.dims.items()))
+    lines.append(
+        f"- iterations verified: {state.verified_iterations} of {state.iterations_total} (at most)"
+        + (
+            f"; last verified: iterv{state.last_verified_iter}"
+            if state.last_verified_iter is not None
+            else ""
+        )
+    )
+    lines.append(
+        f"- generation allowed: {'yes' if state.generation_allowed else 'no'} "
+        f"(hardware gate attempts: {state.hardware_attempts})"
+    )
     lines.append("")
 
-    lines += ["## Methods", "",
-              _methods("selected", state.selected_methods),
-              _methods("effective", state.effective_methods),
-              _methods("ineffective", state.ineffective_methods),
-              _methods("implementation-failed", state.implementation_failed_methods),
-              _methods("unverified", state.unverified_methods),
-              ""]
+    lines += [
+        "## Methods",
+        "",
+        _methods("selected", state.selected_methods),
+        _methods("effective", state.effective_methods),
+        _methods("ineffective", state.ineffective_methods),
+        _methods("implementation-failed", state.implementation_failed_methods),
+        _methods("unverified", state.unverified_methods),
+        "",
+    ]
 
     lines += ["## History", ""]
     if state.history:
         lines += ["| iteration | kernel | best | methods | verified | note |", "|---|---|---|---|---|---|"]
         for entry in state.history:
-            lines.append("| " + " | ".join(_cell(c) for c in (
-                entry.iteration, entry.kernel or "-", fmt_ms(entry.best_ms), ", ".join(entry.methods) or "-",
-                "yes" if entry.verified else "no", entry.note or "")) + " |")
+            lines.append(
+                "| "
+                + " | ".join(
+                    _cell(c)
+                    for c in (
+                        entry.iteration,
+                        entry.kernel or "-",
+                        fmt_ms(entry.best_ms),
+                        ", ".join(entry.methods) or "-",
+                        "yes" if entry.verified else "no",
+                        entry.note or "",
+                    )
+                )
+                + " |"
+            )
     else:
         lines.append("No iterations ran.")
     lines.append("")

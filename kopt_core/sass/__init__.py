@@ -20,5 +20,15 @@ from kopt_core.sass.verify import (
     verify_file,
 )
 
-__all__ = ["SassFunction", "SassListing", "SassToolError", "SassVerdict", "disassemble_file",
-           "load_signatures", "parse_sass", "verify", "verify_artifact", "verify_file"]
+__all__ = [
+    "SassFunction",
+    "SassListing",
+    "SassToolError",
+    "SassVerdict",
+    "disassemble_file",
+    "load_signatures",
+    "parse_sass",
+    "verify",
+    "verify_artifact",
+    "verify_file",
+]

@@ -19,13 +19,14 @@ from __future__ import annotations
 import re
 import subprocess
 from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from attrs import field, frozen
 
-from kopt_core.refdata import load_document
 from kopt_core.errors import ConfigError, HardwareError
+from kopt_core.refdata import load_document
 from kopt_core.tools import find_tool
 
 SIGNATURES_FILE = "sass_signatures.json"
@@ -38,9 +39,9 @@ _FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
 _ARCH = re.compile(r"^\s*code for\s+(sm_\w+)")
 # /*0040*/   @!P0 HMMA.16816.F32 R4, R132.reuse, R136, R4 ;   /* 0x... */
 _INSTRUCTION = re.compile(
-    r"^\s*/\*[0-9a-fA-F]+\*/\s+"           # address
-    r"(?:\{\s*)?"                           # dual-issue brace of old listings
-    r"(?:@!?U?P(?:T|[0-9]+)\s+)?"           # predicate
+    r"^\s*/\*[0-9a-fA-F]+\*/\s+"  # address
+    r"(?:\{\s*)?"  # dual-issue brace of old listings
+    r"(?:@!?U?P(?:T|[0-9]+)\s+)?"  # predicate
     r"([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)"  # mnemonic with modifiers
 )
 
@@ -80,8 +81,11 @@ class SassRule:
 
     def describe(self) -> str:
         joined = (" or " if self.mode == "any" else " and ").join(self.patterns)
-        what = f"an instruction matching {joined}" if self.mode == "any" or len(self.patterns) == 1 else \
-            f"instructions matching each of {joined}"
+        what = (
+            f"an instruction matching {joined}"
+            if self.mode == "any" or len(self.patterns) == 1
+            else f"instructions matching each of {joined}"
+        )
         if self.relative == "present":
             return f"[{self.arch}] {what}"
         more = "more" if self.relative == "more_than_baseline" else "fewer"
@@ -143,8 +147,9 @@ def parse_sass(text: str) -> SassListing:
 
     def close() -> None:
         if name is not None or ops:
-            functions.append(SassFunction(name=name if name is not None else "<unnamed>", arch=arch,
-                                          instructions=ops))
+            functions.append(
+                SassFunction(name=name if name is not None else "<unnamed>", arch=arch, instructions=ops)
+            )
 
     for line in text.splitlines():
         match = _ARCH.match(line)
@@ -172,8 +177,9 @@ def _build(document: dict, where: str) -> SignatureSet:
     signatures = {}
     for method, entry in document["signatures"].items():
         if "not_applicable" in entry:
-            signatures[method] = Signature(method=method, not_applicable=entry["not_applicable"],
-                                           note=entry.get("note", ""))
+            signatures[method] = Signature(
+                method=method, not_applicable=entry["not_applicable"], note=entry.get("note", "")
+            )
             continue
         rules = {}
         for arch, rule in entry["patterns"].items():
@@ -185,8 +191,10 @@ def _build(document: dict, where: str) -> SignatureSet:
                 except re.error as error:
                     raise ConfigError(f"{where}: {path}: not a valid regex {pattern!r}: {error}") from error
                 if compiled.search("") is not None:
-                    raise ConfigError(f"{where}: {path}: {pattern!r} matches the empty mnemonic, so it "
-                                      "would pass on any listing")
+                    raise ConfigError(
+                        f"{where}: {path}: {pattern!r} matches the empty mnemonic, so it "
+                        "would pass on any listing"
+                    )
             rules[arch] = SassRule(arch=arch, mode=mode, patterns=rule[mode], relative=rule["relative"])
         signatures[method] = Signature(method=method, rules=rules, note=entry.get("note", ""))
     return SignatureSet(schema_version=document["schema_version"], signatures=signatures, source=where)
@@ -195,7 +203,9 @@ def _build(document: dict, where: str) -> SignatureSet:
 def load_signatures(path: Path | str | None = None) -> SignatureSet:
     """The SASS signatures at ``path`` (default: the packaged ones), validated against the v1 schema.
     Raises ConfigError naming the file and the JSON path of the first problem."""
-    document, where = load_document(path, default=SIGNATURES_FILE, schema_file=SCHEMA_FILE, what="SASS signatures")
+    document, where = load_document(
+        path, default=SIGNATURES_FILE, schema_file=SCHEMA_FILE, what="SASS signatures"
+    )
     return _build(document, where)
 
 
@@ -203,7 +213,7 @@ def load_signatures(path: Path | str | None = None) -> SignatureSet:
 
 
 def _arch_keys(arch: str) -> list[str]:
-    """"sm_90a" -> ["sm_90a", "sm_90", "default"]; "90" -> ["sm_90", "default"]."""
+    """ "sm_90a" -> ["sm_90a", "sm_90", "default"]; "90" -> ["sm_90", "default"]."""
     arch = str(arch).strip().lower()
     if re.fullmatch(r"\d{2,3}[af]?", arch):
         arch = f"sm_{arch}"
@@ -230,7 +240,9 @@ def _check(method: str, rule: SassRule, listing: SassListing, baseline: SassList
     expected = rule.describe()
 
     def verdict(status: str, reason: str) -> SassVerdict:
-        return SassVerdict(method=method, status=status, matched=matched_pairs, expected=expected, reason=reason)
+        return SassVerdict(
+            method=method, status=status, matched=matched_pairs, expected=expected, reason=reason
+        )
 
     if rule.relative == "present":
         if rule.mode == "any":
@@ -249,10 +261,18 @@ def _check(method: str, rule: SassRule, listing: SassListing, baseline: SassList
     base_counts = baseline.counts()
     more = rule.relative == "more_than_baseline"
     if rule.mode == "any":
-        pairs = [(" | ".join(rule.patterns), sum(matched.values()), sum(_union(rule.patterns, base_counts).values()))]
+        pairs = [
+            (
+                " | ".join(rule.patterns),
+                sum(matched.values()),
+                sum(_union(rule.patterns, base_counts).values()),
+            )
+        ]
     else:
-        pairs = [(p, sum(found.values()), sum(_matches(p, base_counts).values()))
-                 for p, found in zip(rule.patterns, per_pattern)]
+        pairs = [
+            (p, sum(found.values()), sum(_matches(p, base_counts).values()))
+            for p, found in zip(rule.patterns, per_pattern)
+        ]
     ok = all((cand > base) if more else (cand < base) for _, cand, base in pairs)
     detail = "; ".join(f"{p}: {cand} vs baseline {base}" for p, cand, base in pairs)
     return verdict("pass" if ok else "fail", detail)
@@ -265,31 +285,59 @@ def _union(patterns: Iterable[str], counts: Counter) -> dict[str, int]:
     return union
 
 
-def verify(listing: SassListing, method_ids: Sequence[str], *, arch: str, baseline: SassListing | None = None,
-           signatures: SignatureSet | None = None) -> list[SassVerdict]:
+def verify(
+    listing: SassListing,
+    method_ids: Sequence[str],
+    *,
+    arch: str,
+    baseline: SassListing | None = None,
+    signatures: SignatureSet | None = None,
+) -> list[SassVerdict]:
     """One verdict per method id, in order (see the module docstring for the rules)."""
     signatures = signatures or load_signatures()
     verdicts = []
     for method in method_ids:
         signature = signatures.get(method)
         if signature is None:
-            verdicts.append(SassVerdict(method=method, status="inconclusive", expected="",
-                                        reason=f"no SASS signature for {method!r} in {signatures.source}"))
+            verdicts.append(
+                SassVerdict(
+                    method=method,
+                    status="inconclusive",
+                    expected="",
+                    reason=f"no SASS signature for {method!r} in {signatures.source}",
+                )
+            )
             continue
         if signature.not_applicable is not None:
-            verdicts.append(SassVerdict(method=method, status="not_applicable", expected="no SASS footprint",
-                                        reason=signature.not_applicable))
+            verdicts.append(
+                SassVerdict(
+                    method=method,
+                    status="not_applicable",
+                    expected="no SASS footprint",
+                    reason=signature.not_applicable,
+                )
+            )
             continue
         rule = signature.rule_for(arch)
         if rule is None:
-            verdicts.append(SassVerdict(
-                method=method, status="inconclusive",
-                expected=f"a rule for {arch} (have: {', '.join(sorted(signature.rules))})",
-                reason=f"no SASS rule for arch {arch!r} (looked up {', '.join(_arch_keys(arch))})"))
+            verdicts.append(
+                SassVerdict(
+                    method=method,
+                    status="inconclusive",
+                    expected=f"a rule for {arch} (have: {', '.join(sorted(signature.rules))})",
+                    reason=f"no SASS rule for arch {arch!r} (looked up {', '.join(_arch_keys(arch))})",
+                )
+            )
             continue
         if listing.empty:
-            verdicts.append(SassVerdict(method=method, status="inconclusive", expected=rule.describe(),
-                                        reason="the listing has no instructions (no device code parsed)"))
+            verdicts.append(
+                SassVerdict(
+                    method=method,
+                    status="inconclusive",
+                    expected=rule.describe(),
+                    reason="the listing has no instructions (no device code parsed)",
+                )
+            )
             continue
         verdicts.append(_check(method, rule, listing, baseline))
     return verdicts
@@ -303,34 +351,65 @@ def disassemble_file(path: str | Path, cuobjdump: str | None = None) -> str:
     ship its own: the Triton wheel does) or the CUDA toolkit's. SassToolError if it is missing or fails."""
     tool = cuobjdump or find_tool("cuobjdump")
     if tool is None:
-        raise SassToolError("cuobjdump not found (no backend offered one, and none in the CUDA toolkit)",
-                            hint="install the CUDA toolkit, or pip install triton (its wheel ships cuobjdump)")
+        raise SassToolError(
+            "cuobjdump not found (no backend offered one, and none in the CUDA toolkit)",
+            hint="install the CUDA toolkit, or pip install triton (its wheel ships cuobjdump)",
+        )
     try:
-        completed = subprocess.run([tool, "--dump-sass", str(path)], capture_output=True, text=True,
-                                   timeout=CUOBJDUMP_TIMEOUT_S, check=False)
+        completed = subprocess.run(
+            [tool, "--dump-sass", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=CUOBJDUMP_TIMEOUT_S,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SassToolError(f"cannot run {tool} on {path}: {exc}") from None
     if completed.returncode != 0:
-        raise SassToolError(f"{tool} --dump-sass {path} failed (exit {completed.returncode}): "
-                            f"{(completed.stderr or completed.stdout).strip()[:500]}")
+        raise SassToolError(
+            f"{tool} --dump-sass {path} failed (exit {completed.returncode}): "
+            f"{(completed.stderr or completed.stdout).strip()[:500]}"
+        )
     return completed.stdout
 
 
-def verify_artifact(disassemble: Callable[[Any], str], target: Any, methods: Sequence[str], arch: str,
-                    baseline: Any = None, *, signatures: SignatureSet | None = None) -> list[SassVerdict]:
+def verify_artifact(
+    disassemble: Callable[[Any], str],
+    target: Any,
+    methods: Sequence[str],
+    arch: str,
+    baseline: Any = None,
+    *,
+    signatures: SignatureSet | None = None,
+) -> list[SassVerdict]:
     """Disassemble ``target`` (and ``baseline``) with ``disassemble`` and verify; a missing or failing
     disassembler gives "tool_error" verdicts, never a pass."""
     try:
         listing = parse_sass(disassemble(target))
         reference = parse_sass(disassemble(baseline)) if baseline is not None else None
     except SassToolError as error:
-        return [SassVerdict(method=method, status="tool_error", expected="", reason=str(error))
-                for method in methods]
+        return [
+            SassVerdict(method=method, status="tool_error", expected="", reason=str(error))
+            for method in methods
+        ]
     return verify(listing, methods, arch=arch, baseline=reference, signatures=signatures)
 
 
-def verify_file(path: str | Path, methods: Sequence[str], arch: str, baseline_path: str | Path | None = None,
-                *, signatures: SignatureSet | None = None, cuobjdump: str | None = None) -> list[SassVerdict]:
+def verify_file(
+    path: str | Path,
+    methods: Sequence[str],
+    arch: str,
+    baseline_path: str | Path | None = None,
+    *,
+    signatures: SignatureSet | None = None,
+    cuobjdump: str | None = None,
+) -> list[SassVerdict]:
     """``verify_artifact`` over files disassembled with ``cuobjdump`` (or the CUDA toolkit's)."""
-    return verify_artifact(lambda path: disassemble_file(path, cuobjdump), path, methods, arch, baseline_path,
-                           signatures=signatures)
+    return verify_artifact(
+        lambda path: disassemble_file(path, cuobjdump),
+        path,
+        methods,
+        arch,
+        baseline_path,
+        signatures=signatures,
+    )

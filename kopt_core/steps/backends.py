@@ -10,20 +10,39 @@ def list_backends(pm) -> list[dict]:
     rows = []
     for name, info in sorted(registry.backends.items()):
         probe = registry.probe(name)
-        rows.append({
-            "name": name,
-            "suffixes": list(info.suffixes),
-            "summary": info.summary,
-            "available": probe.available,
-            "reason": probe.reason,
-            "details": probe.details,
-            "needs_gpu": info.needs_gpu,
-        })
+        rows.append(
+            {
+                "name": name,
+                "suffixes": list(info.suffixes),
+                "summary": info.summary,
+                "available": probe.available,
+                "reason": probe.reason,
+                "details": probe.details,
+                "needs_gpu": info.needs_gpu,
+            }
+        )
     for name in registry.clashes:
-        rows.append({"name": name, "suffixes": [], "summary": "", "available": False,
-                     "reason": "registered by more than one plugin; set KOPT_PLUGINS to choose", "details": {},
-                     "needs_gpu": False})
+        rows.append(
+            {
+                "name": name,
+                "suffixes": [],
+                "summary": "",
+                "available": False,
+                "reason": "registered by more than one plugin; set KOPT_PLUGINS to choose",
+                "details": {},
+                "needs_gpu": False,
+            }
+        )
     for name, reason in sorted(pm.load_failures.items()):
-        rows.append({"name": name, "suffixes": [], "summary": "", "available": False,
-                     "reason": f"plugin failed to load: {reason}", "details": {}, "needs_gpu": False})
+        rows.append(
+            {
+                "name": name,
+                "suffixes": [],
+                "summary": "",
+                "available": False,
+                "reason": f"plugin failed to load: {reason}",
+                "details": {},
+                "needs_gpu": False,
+            }
+        )
     return rows

@@ -14,11 +14,26 @@ import attrs
 
 from kopt_core.backends import BackendRegistry, backend_hooks
 from kopt_core.contract import check_contract
-from kopt_core.errors import EXIT_CONFIG, EXIT_HARDWARE, EXIT_INVALID_KERNEL, EXIT_OK, ConfigError, HardwareError
+from kopt_core.errors import (
+    EXIT_CONFIG,
+    EXIT_HARDWARE,
+    EXIT_INVALID_KERNEL,
+    EXIT_OK,
+    ConfigError,
+    HardwareError,
+)
 from kopt_core.hardware import DEFAULT_ARCH, arch_for_capability, detect_gpus
 from kopt_core.jsonio import write_json
 from kopt_core.records import (
-    Artifact, BackendInfo, BenchOptions, BenchRequest, BenchResult, Candidate, PreflightReport, Toolchain, Workload,
+    Artifact,
+    BackendInfo,
+    BenchOptions,
+    BenchRequest,
+    BenchResult,
+    Candidate,
+    PreflightReport,
+    Toolchain,
+    Workload,
     to_data,
 )
 from kopt_core.reference import ReferenceModule, load_reference
@@ -27,15 +42,18 @@ if TYPE_CHECKING:
     from kopt_core.plugins import PluginManager
 
 
-def check_candidate(pm: PluginManager, candidate: Candidate, dims: dict, ref: ReferenceModule) -> PreflightReport:
+def check_candidate(
+    pm: PluginManager, candidate: Candidate, dims: dict, ref: ReferenceModule
+) -> PreflightReport:
     """One candidate's static contract: its backend's ``kopt_preflight``, then the core's checks (dims,
     reference, buffers). Raises ConfigError with what the user must fix."""
     report = backend_hooks(pm, candidate.backend).preflight(candidate, dims, ref)
     if report.problems:
         raise ConfigError(f"{candidate.path}: " + "; ".join(report.problems))
     warnings = check_contract(report.interface, ref, dims)
-    return PreflightReport(backend=report.backend, interface=report.interface,
-                           warnings=tuple(report.warnings) + tuple(warnings))
+    return PreflightReport(
+        backend=report.backend, interface=report.interface, warnings=tuple(report.warnings) + tuple(warnings)
+    )
 
 
 @attrs.frozen
@@ -50,13 +68,23 @@ class Prepared:
     dims: dict
 
 
-def static_contract(pm, kernel: str | Path, reference: str | Path, dims: dict, *, backend: str | None = None,
-                    on_warning=None, what: str = "kernel") -> tuple[BackendInfo, ReferenceModule, Candidate]:
+def static_contract(
+    pm,
+    kernel: str | Path,
+    reference: str | Path,
+    dims: dict,
+    *,
+    backend: str | None = None,
+    on_warning=None,
+    what: str = "kernel",
+) -> tuple[BackendInfo, ReferenceModule, Candidate]:
     """The file exists, its backend is known, the reference loads, and the contract holds: no GPU, no
     build. Warnings go to ``on_warning``."""
     path = Path(kernel)
     if not path.is_file():
-        raise ConfigError(f"{what} file {path} does not exist", hint="pass the path of your .cu or .py kernel")
+        raise ConfigError(
+            f"{what} file {path} does not exist", hint="pass the path of your .cu or .py kernel"
+        )
     registry = BackendRegistry.from_plugins(pm)
     info = registry.get(backend) if backend else registry.detect(path)
     ref = load_reference(reference)
@@ -83,7 +111,9 @@ def prepare(
     """Static checks, toolchain, build, GPU: everything before a worker runs. Raises KoptError (exit 4
     for what the user must fix in their files, 3 for the machine). ``require_gpu=False`` stops after the
     build (the static contract, which needs no GPU)."""
-    info, ref, candidate = static_contract(pm, kernel, reference, dims, backend=backend, on_warning=on_warning)
+    info, ref, candidate = static_contract(
+        pm, kernel, reference, dims, backend=backend, on_warning=on_warning
+    )
     path = Path(candidate.path)
     hooks = backend_hooks(pm, info.name)
     probe = hooks.probe()
@@ -92,30 +122,42 @@ def prepare(
     gpus, no_gpu = detect_gpus() if info.needs_gpu else ([], "")
     if arch is None:
         arch = arch_for_capability(gpus[0].capability) if gpus else DEFAULT_ARCH
-    with tempfile.TemporaryDirectory(prefix="kopt-build-") as scratch:  # backends keep artifacts in their caches
+    with tempfile.TemporaryDirectory(
+        prefix="kopt-build-"
+    ) as scratch:  # backends keep artifacts in their caches
         artifact = hooks.compile(candidate, Path(scratch), Toolchain(arch=arch))
     if info.needs_gpu and not gpus and require_gpu:
         raise HardwareError(
             f"no GPU: {no_gpu}. {path.name} passed its contract checks and builds for {arch}; run kopt "
             f"on a machine with an NVIDIA GPU to {purpose}"
         )
-    return Prepared(backend=info, reference=ref, reference_path=str(Path(reference).resolve()),
-                    candidate=candidate, artifact=artifact, dims=dict(dims))
+    return Prepared(
+        backend=info,
+        reference=ref,
+        reference_path=str(Path(reference).resolve()),
+        candidate=candidate,
+        artifact=artifact,
+        dims=dict(dims),
+    )
 
 
 def preflight_kernel(pm, kernel, reference, dims: dict, *, backend=None, arch=None, on_warning=None) -> str:
     """``kopt preflight``: the contract holds and the kernel builds. Returns what was checked, in words."""
-    prepared = prepare(pm, kernel, reference, dims, backend=backend, arch=arch, on_warning=on_warning,
-                       require_gpu=False)
+    prepared = prepare(
+        pm, kernel, reference, dims, backend=backend, arch=arch, on_warning=on_warning, require_gpu=False
+    )
     artifact = prepared.artifact
-    return (f"{prepared.candidate.path} ({prepared.backend.name}): contract holds with "
-            f"{', '.join(f'{k}={v}' for k, v in dims.items())}; built for {artifact.arch or 'its target'}")
+    return (
+        f"{prepared.candidate.path} ({prepared.backend.name}): contract holds with "
+        f"{', '.join(f'{k}={v}' for k, v in dims.items())}; built for {artifact.arch or 'its target'}"
+    )
 
 
 def run_bench(pm, prepared: Prepared, options: BenchOptions) -> BenchResult:
     """Check and time a prepared kernel in a worker; add the workload's rates."""
-    request = BenchRequest(artifact=prepared.artifact, reference=prepared.reference_path, dims=prepared.dims,
-                           options=options)
+    request = BenchRequest(
+        artifact=prepared.artifact, reference=prepared.reference_path, dims=prepared.dims, options=options
+    )
     result = backend_hooks(pm, prepared.backend.name).bench(request)
     return attrs.evolve(result, workload=workload(prepared.reference, prepared.dims, result))
 
@@ -152,7 +194,9 @@ def workload(ref: ReferenceModule, dims: dict, result: BenchResult) -> Workload 
     if timing is None or not timing.median_ms > 0:
         return Workload(flops=flops, bytes_min=moved)
     seconds = timing.median_ms / 1e3
-    return Workload(flops=flops, bytes_min=moved, tflops=flops / seconds / 1e12, tbytes_per_s=moved / seconds / 1e12)
+    return Workload(
+        flops=flops, bytes_min=moved, tflops=flops / seconds / 1e12, tbytes_per_s=moved / seconds / 1e12
+    )
 
 
 def exit_code(result: BenchResult) -> int:

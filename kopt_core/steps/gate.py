@@ -24,9 +24,9 @@ import re
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
 
 from attrs import field, frozen
 
@@ -106,7 +106,7 @@ def _marker_json(stdout: str) -> dict | None:
     for line in reversed(stdout.splitlines()):
         if line.startswith(MARKER):
             try:
-                data = json.loads(line[len(MARKER):])
+                data = json.loads(line[len(MARKER) :])
             except ValueError:
                 return None
             return data if isinstance(data, dict) else None
@@ -183,8 +183,15 @@ def _gpu_data(gpus: list, context: dict | None) -> EnvGpu | None:
     data: dict = {}
     if gpus:
         first = gpus[0]
-        data = {"name": first.name, "capability": first.capability, "driver": first.driver,
-                "memory_mib": first.memory_mib, "index": first.index, "count": len(gpus), "source": "nvidia-smi"}
+        data = {
+            "name": first.name,
+            "capability": first.capability,
+            "driver": first.driver,
+            "memory_mib": first.memory_mib,
+            "index": first.index,
+            "count": len(gpus),
+            "source": "nvidia-smi",
+        }
     if context:
         data.update(context)
         data["source"] = "cuda context" + (" and nvidia-smi" if gpus else "")
@@ -197,15 +204,28 @@ def _gpu_data(gpus: list, context: dict | None) -> EnvGpu | None:
 def check_counters(ncu: str, timeout_s: float = COUNTERS_TIMEOUT_S) -> tuple[dict[str, float], str]:
     """Profile one small torch kernel with ncu: ({metric: value} parsed, "") or ({}, why not)."""
     command = [
-        ncu, "--clock-control", "none", "--metrics", ",".join(COUNTER_METRICS), "--csv", "--page", "raw",
-        "--target-processes", "all", sys.executable, "-c", COUNTER_SCRIPT,
+        ncu,
+        "--clock-control",
+        "none",
+        "--metrics",
+        ",".join(COUNTER_METRICS),
+        "--csv",
+        "--page",
+        "raw",
+        "--target-processes",
+        "all",
+        sys.executable,
+        "-c",
+        COUNTER_SCRIPT,
     ]
     ran = run_in_group(command, timeout_s=timeout_s)
     if ran.error:
         return {}, f"ncu could not be started ({ran.error})"
     if PERMISSION_ERROR in ran.stdout or PERMISSION_ERROR in ran.stderr:
-        return {}, (f"ncu cannot read the GPU's performance counters: the driver forbids counters for this user "
-                    f"({PERMISSION_ERROR}); to fix: {PERMISSION_FIX}")
+        return {}, (
+            f"ncu cannot read the GPU's performance counters: the driver forbids counters for this user "
+            f"({PERMISSION_ERROR}); to fix: {PERMISSION_FIX}"
+        )
     if ran.timed_out:
         return {}, f"ncu did not finish profiling a small test kernel within {timeout_s:g} s"
     try:
@@ -219,8 +239,10 @@ def check_counters(ncu: str, timeout_s: float = COUNTERS_TIMEOUT_S) -> tuple[dic
         if name in COUNTER_METRICS and metric.value is not None
     }
     if not values:
-        return {}, (f"ncu profiled the test kernel but no counter parsed to a number (exit {ran.returncode}); "
-                    f"ncu said: {ran.tail()}")
+        return {}, (
+            f"ncu profiled the test kernel but no counter parsed to a number (exit {ran.returncode}); "
+            f"ncu said: {ran.tail()}"
+        )
     return values, ""
 
 
@@ -231,7 +253,9 @@ def measure_device_ceilings(timeout_s: float = CEILINGS_TIMEOUT_S) -> tuple[Ceil
     """``python -m kopt_core.roofline.ceilings`` in a subprocess: (Ceilings, "") or (None, why)."""
     with tempfile.TemporaryDirectory(prefix="kopt_gate_") as folder:
         path = Path(folder) / "ceilings.json"
-        ran = run_in_group([sys.executable, "-m", "kopt_core.roofline.ceilings", str(path)], timeout_s=timeout_s)
+        ran = run_in_group(
+            [sys.executable, "-m", "kopt_core.roofline.ceilings", str(path)], timeout_s=timeout_s
+        )
         if ran.error:
             return None, f"device ceilings could not be measured: {ran.error}"
         if ran.timed_out:
@@ -282,9 +306,10 @@ def discover(pm, registry: BackendRegistry, backend: str, versions: dict[str, st
         if tool.name in required and not tool.path:
             problems.append(_tool_problem(tool))
     if not probe.available:
-        problems.append(f"backend {backend} is not usable here: {probe.reason or 'its probe says unavailable'}")
-    return Discovery(tools=tools, gpus=gpus, context=context, probe=probe,
-                     problems=problems)
+        problems.append(
+            f"backend {backend} is not usable here: {probe.reason or 'its probe says unavailable'}"
+        )
+    return Discovery(tools=tools, gpus=gpus, context=context, probe=probe, problems=problems)
 
 
 # -------------------------------------------------------------------------------------------------- gate
@@ -316,7 +341,9 @@ def run_gate(
     attempt = 0
     found: Discovery | None = None
     for attempt in range(1, attempts + 1):
-        say(f"attempt {attempt}/{attempts}: looking for tools, the GPU, a CUDA context and the {backend} backend")
+        say(
+            f"attempt {attempt}/{attempts}: looking for tools, the GPU, a CUDA context and the {backend} backend"
+        )
         found = discover(pm, registry, backend, versions)
         if not found.problems:
             break

@@ -25,12 +25,12 @@ from pathlib import Path
 
 import attrs
 
+from kopt_core.backends import backend_hooks
 from kopt_core.errors import ConfigError, ValidationError
 from kopt_core.jsonio import read_json, write_json, write_text_atomic
 from kopt_core.ncu import runner
 from kopt_core.ncu.metrics import load_registry, resolve
 from kopt_core.ncu.parse import attach_findings, parse_details_csv, parse_raw_csv
-from kopt_core.reference import ReferenceModule, load_reference
 from kopt_core.records import (
     BenchOptions,
     BenchRequest,
@@ -42,11 +42,11 @@ from kopt_core.records import (
     from_data,
     to_data,
 )
+from kopt_core.reference import ReferenceModule, load_reference
 from kopt_core.roofline.ceilings import DEFAULT_CEILINGS
 from kopt_core.roofline.gaps import build_ncu_top, compute_roofline, metric_values
 from kopt_core.roofline.plot import plot_roofline
 from kopt_core.roofline.records import Ceilings, NcuTop, Roofline
-from kopt_core.backends import backend_hooks
 from kopt_core.steps.bench import Prepared, prepare, run_bench
 
 # Before profiling, a short check and timing: no evidence is gathered on a kernel that fails, and the
@@ -69,8 +69,10 @@ def load_ceilings(path: str | Path | None) -> Ceilings:
     try:
         return from_data(read_json(path), Ceilings)
     except (OSError, ValueError, TypeError) as exc:
-        raise ConfigError(f"ceilings file {path} cannot be read: {exc}",
-                          hint="write it with `python -m kopt_core.roofline.ceilings OUT.json` on the GPU") from None
+        raise ConfigError(
+            f"ceilings file {path} cannot be read: {exc}",
+            hint="write it with `python -m kopt_core.roofline.ceilings OUT.json` on the GPU",
+        ) from None
 
 
 def peak_dtype(model: dict | None, inputs: list[tuple[str, int]]) -> str | None:
@@ -124,10 +126,21 @@ def analyse(
         {**attrs.asdict(r), "axis": registry.get(key).axis, "bad_when": registry.get(key).bad_when}
         for key, r in resolve(registry, kernel).items()
     ]
-    ncu_top = build_ncu_top(rows, ncu_num=ncu_num, bundle=bundle, bundle_reason=bundle_reason,
-                            duration_ms=kernel.duration_ms, kernels=len(report.kernels))
-    roofline = compute_roofline(metric_values(rows), duration_ms=kernel.duration_ms, workload=workload,
-                                ceilings=ceilings, peak_dtype=peak_dtype)
+    ncu_top = build_ncu_top(
+        rows,
+        ncu_num=ncu_num,
+        bundle=bundle,
+        bundle_reason=bundle_reason,
+        duration_ms=kernel.duration_ms,
+        kernels=len(report.kernels),
+    )
+    roofline = compute_roofline(
+        metric_values(rows),
+        duration_ms=kernel.duration_ms,
+        workload=workload,
+        ceilings=ceilings,
+        peak_dtype=peak_dtype,
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / f"{prefix}ncu_top.json", to_data(ncu_top))
     write_json(out_dir / f"{prefix}roofline.json", to_data(roofline))
@@ -145,8 +158,10 @@ def _read_report(report_path: Path, out_dir: Path, name: str) -> ProfileReport:
 
 
 def kernel_rows(report: ProfileReport) -> tuple[ProfiledKernel, ...]:
-    return tuple(ProfiledKernel(id=k.id, name=k.name, duration_ms=k.duration_ms, grid=k.grid, block=k.block)
-                 for k in report.kernels)
+    return tuple(
+        ProfiledKernel(id=k.id, name=k.name, duration_ms=k.duration_ms, grid=k.grid, block=k.block)
+        for k in report.kernels
+    )
 
 
 def keep_disassembly(pm, artifact, path: Path) -> SassFile:
@@ -182,33 +197,58 @@ def profile_prepared(
     started = time.perf_counter()
     bench = bench or run_bench(pm, prepared, QUICK)
     if not (bench.status == "ok" and bench.correctness_pass and bench.timing_valid):
-        raise ValidationError(f"{prepared.candidate.path} failed validation, so it is not profiled: {bench.error}")
+        raise ValidationError(
+            f"{prepared.candidate.path} failed validation, so it is not profiled: {bench.error}"
+        )
     harness_ms = bench.kernel_timing.median_ms
-    request = BenchRequest(artifact=prepared.artifact, reference=prepared.reference_path, dims=prepared.dims,
-                           options=QUICK)
+    request = BenchRequest(
+        artifact=prepared.artifact, reference=prepared.reference_path, dims=prepared.dims, options=QUICK
+    )
     launch = backend_hooks(pm, prepared.backend.name).profile(prepared.artifact, request)
     request_path = out_dir / f"{name}.request.json"
     write_json(request_path, to_data(request))
     target = [sys.executable, "-m", "kopt_core.ncu.target", str(request_path)]
     report_path, bundle, reason, attempts = runner.profile(
-        target, out_dir, name=name, duration_ms=harness_ms, kernel_filter=launch.kernel_filter,
-        timeout_s=ncu_timeout_s, full_timeout_s=full_timeout_s, force_bundle=force_bundle, extra_env=launch.env,
+        target,
+        out_dir,
+        name=name,
+        duration_ms=harness_ms,
+        kernel_filter=launch.kernel_filter,
+        timeout_s=ncu_timeout_s,
+        full_timeout_s=full_timeout_s,
+        force_bundle=force_bundle,
+        extra_env=launch.env,
     )
     report = _read_report(report_path, out_dir, name)
     model = prepared.reference.workload(prepared.dims)
     ncu_top, roofline = analyse(
-        report, out_dir, ncu_num=ncu_num, bundle=bundle, bundle_reason=reason, workload=model, ceilings=ceilings,
+        report,
+        out_dir,
+        ncu_num=ncu_num,
+        bundle=bundle,
+        bundle_reason=reason,
+        workload=model,
+        ceilings=ceilings,
         peak_dtype=peak_dtype(model, [(b.dtype, b.bytes) for b in bench.buffers if b.role != "output"]),
         prefix=prefix,
     )
     ncu_ms = report.aggregate.duration_ms
     sass = keep_disassembly(pm, prepared.artifact, out_dir / f"{name}.sass")
     summary = ProfileSummary(
-        report=str(report_path), bundle=bundle, bundle_reason=reason, kernels=kernel_rows(report),
-        ncu_duration_ms=ncu_ms, kernel_file=prepared.candidate.path, backend=prepared.backend.name,
-        dims=prepared.dims, attempts=attempts, harness_median_ms=harness_ms,
+        report=str(report_path),
+        bundle=bundle,
+        bundle_reason=reason,
+        kernels=kernel_rows(report),
+        ncu_duration_ms=ncu_ms,
+        kernel_file=prepared.candidate.path,
+        backend=prepared.backend.name,
+        dims=prepared.dims,
+        attempts=attempts,
+        harness_median_ms=harness_ms,
         harness_over_ncu=(harness_ms / ncu_ms - 1) if ncu_ms else None,
-        ncu_seconds=sum(a.seconds for a in attempts), sass=sass, total_seconds=time.perf_counter() - started,
+        ncu_seconds=sum(a.seconds for a in attempts),
+        sass=sass,
+        total_seconds=time.perf_counter() - started,
     )
     write_json(out_dir / f"{prefix}profile.json", to_data(summary))
     return ProfileOutcome(out_dir=out_dir, report=report, ncu_top=ncu_top, roofline=roofline, summary=summary)
@@ -237,10 +277,23 @@ def import_profile(
         raise ConfigError(f"{path}: import takes an .ncu-rep report or a CSV of its raw page")
     bundle = "imported"
     reason = f"imported from {path.name}"
-    ncu_top, roofline = analyse(report, out_dir, ncu_num=ncu_num, bundle=bundle, bundle_reason=reason,
-                                workload=workload, ceilings=ceilings, peak_dtype=peak_dtype)
-    summary = ProfileSummary(report=str(path), bundle=bundle, bundle_reason=reason,
-                             kernels=kernel_rows(report), ncu_duration_ms=report.aggregate.duration_ms)
+    ncu_top, roofline = analyse(
+        report,
+        out_dir,
+        ncu_num=ncu_num,
+        bundle=bundle,
+        bundle_reason=reason,
+        workload=workload,
+        ceilings=ceilings,
+        peak_dtype=peak_dtype,
+    )
+    summary = ProfileSummary(
+        report=str(path),
+        bundle=bundle,
+        bundle_reason=reason,
+        kernels=kernel_rows(report),
+        ncu_duration_ms=report.aggregate.duration_ms,
+    )
     write_json(out_dir / "profile.json", to_data(summary))
     return ProfileOutcome(out_dir=out_dir, report=report, ncu_top=ncu_top, roofline=roofline, summary=summary)
 
@@ -268,16 +321,30 @@ def profile_standalone(
     ceilings = load_ceilings(ceilings_path)
     if import_path:
         model, dtype = reference_evidence(reference, dims)
-        return import_profile(import_path, Path(out_dir or f"kopt_profile_{Path(import_path).stem}"),
-                              ncu_num=ncu_num, workload=model, ceilings=ceilings, peak_dtype=dtype)
+        return import_profile(
+            import_path,
+            Path(out_dir or f"kopt_profile_{Path(import_path).stem}"),
+            ncu_num=ncu_num,
+            workload=model,
+            ceilings=ceilings,
+            peak_dtype=dtype,
+        )
     if not kernel or not reference:
         raise ConfigError("kopt profile needs KERNEL and --ref (or --import FILE)")
     if pm is None:
         from kopt_core.plugins import get_plugin_manager
 
         pm = get_plugin_manager()
-    prepared = prepare(pm, kernel, reference, dims, backend=backend, arch=arch, on_warning=on_warning,
-                       purpose="profile it")
-    return profile_prepared(pm, prepared, Path(out_dir or f"kopt_profile_{Path(kernel).stem}"), ncu_num=ncu_num,
-                            ceilings=ceilings, force_bundle=None if bundle == "auto" else bundle,
-                            ncu_timeout_s=ncu_timeout_s, full_timeout_s=full_timeout_s)
+    prepared = prepare(
+        pm, kernel, reference, dims, backend=backend, arch=arch, on_warning=on_warning, purpose="profile it"
+    )
+    return profile_prepared(
+        pm,
+        prepared,
+        Path(out_dir or f"kopt_profile_{Path(kernel).stem}"),
+        ncu_num=ncu_num,
+        ceilings=ceilings,
+        force_bundle=None if bundle == "auto" else bundle,
+        ncu_timeout_s=ncu_timeout_s,
+        full_timeout_s=full_timeout_s,
+    )

@@ -45,22 +45,25 @@ def _known_methods(methods: list[str]) -> None:
     known = {method.id for method in load_methods().methods}
     unknown = [m for m in methods if m not in known]
     if unknown:
-        raise ConfigError(f"unknown method id(s) {', '.join(unknown)}",
-                          hint="see references/method_registry.json for the ids")
+        raise ConfigError(
+            f"unknown method id(s) {', '.join(unknown)}",
+            hint="see references/method_registry.json for the ids",
+        )
 
 
-def verify_artifact_sass(pm, artifact: Artifact, methods: list[str], *, arch: str | None = None,
-                         baseline: Artifact | None = None) -> list[SassVerdict]:
+def verify_artifact_sass(
+    pm, artifact: Artifact, methods: list[str], *, arch: str | None = None, baseline: Artifact | None = None
+) -> list[SassVerdict]:
     """A built candidate's SASS checked through its backend's ``kopt_sass_verify`` (the core's default
     disassembles with the backend's ``kopt_disassemble``)."""
     _known_methods(methods)
     return backend_hooks(pm, artifact.backend).sass_verify(artifact, methods, arch or artifact.arch, baseline)
 
 
-def check_sass(pm, target: str | Path, methods: list[str], *, arch: str,
-               baseline: str | Path | None = None) -> list[SassVerdict]:
+def check_sass(
+    pm, target: str | Path, methods: list[str], *, arch: str, baseline: str | Path | None = None
+) -> list[SassVerdict]:
     """A file's SASS: a listing is read as it is, a binary disassembled (no backend owns a loose file)."""
     _known_methods(methods)
     cuobjdump = offered_cuobjdump(pm)
-    return verify_artifact(lambda path: _listing_text(Path(path), cuobjdump), target, methods, arch,
-                           baseline)
+    return verify_artifact(lambda path: _listing_text(Path(path), cuobjdump), target, methods, arch, baseline)

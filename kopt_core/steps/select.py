@@ -9,8 +9,13 @@ from kopt_core.errors import ConfigError
 from kopt_core.jsonio import read_json, write_json, write_text_atomic
 from kopt_core.knowledge.evidence import floor_share, roofline_evidence
 from kopt_core.knowledge.methods import load_methods
-from kopt_core.knowledge.select import (ProfileEvidence, Selection, SelectionContext, kernel_tags,
-                                        select_methods)
+from kopt_core.knowledge.select import (
+    ProfileEvidence,
+    Selection,
+    SelectionContext,
+    kernel_tags,
+    select_methods,
+)
 from kopt_core.records import from_data, to_data
 from kopt_core.refdata import packaged_text
 from kopt_core.roofline.records import NcuTop, Roofline
@@ -21,20 +26,26 @@ def read_evidence(roofline_path: str | Path, ncu_top_path: str | Path) -> tuple[
         roofline = from_data(read_json(roofline_path), Roofline)
         ncu_top = from_data(read_json(ncu_top_path), NcuTop)
     except (OSError, ValueError, TypeError, KeyError) as exc:
-        raise ConfigError(f"cannot read the profile's evidence ({roofline_path}, {ncu_top_path}): {exc}",
-                          hint="write them with kopt profile (or kopt iter open)") from None
+        raise ConfigError(
+            f"cannot read the profile's evidence ({roofline_path}, {ncu_top_path}): {exc}",
+            hint="write them with kopt profile (or kopt iter open)",
+        ) from None
     if not ncu_top.values:
         raise ConfigError(f"{ncu_top_path} has no metric values: profile again with this kopt")
     return roofline, ncu_top
 
 
-def select_from_evidence(roofline: Roofline, ncu_top: NcuTop, *, sass_mnemonics: list[str] | None = None,
-                         **context) -> Selection:
+def select_from_evidence(
+    roofline: Roofline, ncu_top: NcuTop, *, sass_mnemonics: list[str] | None = None, **context
+) -> Selection:
     """The scan on one profile; ``context`` holds the other fields of a ``SelectionContext``."""
-    evidence = ProfileEvidence(budget=dict(roofline.axis_budget), bound=roofline.bound,
-                               values={**ncu_top.values, **roofline_evidence(roofline, ncu_top.values)},
-                               floor_share=floor_share(roofline),
-                               tags=kernel_tags(sass_mnemonics, kernels=ncu_top.kernels))
+    evidence = ProfileEvidence(
+        budget=dict(roofline.axis_budget),
+        bound=roofline.bound,
+        values={**ncu_top.values, **roofline_evidence(roofline, ncu_top.values)},
+        floor_share=floor_share(roofline),
+        tags=kernel_tags(sass_mnemonics, kernels=ncu_top.kernels),
+    )
     return select_methods(load_methods(), SelectionContext(evidence=evidence, **context))
 
 
@@ -42,7 +53,9 @@ def _lines(rows: list[str]) -> str:
     return "\n".join(f"- {row}" for row in rows) or "- none"
 
 
-def render_analysis(selection: Selection, roofline: Roofline, ncu_top: NcuTop, kernel: str, notes: list[str]) -> str:
+def render_analysis(
+    selection: Selection, roofline: Roofline, ncu_top: NcuTop, kernel: str, notes: list[str]
+) -> str:
     template, _ = packaged_text("templates/iteration_report.md")
     top = [m.evidence for axis in ("compute", "memory", "latency") for m in ncu_top.axes.get(axis, ())]
 
@@ -50,15 +63,25 @@ def render_analysis(selection: Selection, roofline: Roofline, ncu_top: NcuTop, k
         return "unknown" if value is None else f"{value:.3f}"
 
     return template.format(
-        iteration=selection.iteration, kernel=kernel, label=roofline.label, bound=roofline.bound,
-        delta_compute=gap(roofline.delta_compute), delta_memory=gap(roofline.delta_memory),
+        iteration=selection.iteration,
+        kernel=kernel,
+        label=roofline.label,
+        bound=roofline.bound,
+        delta_compute=gap(roofline.delta_compute),
+        delta_memory=gap(roofline.delta_memory),
         delta_latency=gap(roofline.delta_latency),
         axis_budget=", ".join(f"{k} {v}" for k, v in selection.budget.items()),
-        floor_share="unknown (no workload roofline)" if selection.floor_share is None
+        floor_share="unknown (no workload roofline)"
+        if selection.floor_share is None
         else f"{selection.floor_share:.3f}",
         top_metrics=_lines(top),
-        selected=_lines([f"`{p.id}` ({p.axis}, priority {p.priority}, {p.numerics}): {p.evidence}; card "
-                         f"`{p.id}` in references/optimization_catalog.md" for p in selection.selected]),
+        selected=_lines(
+            [
+                f"`{p.id}` ({p.axis}, priority {p.priority}, {p.numerics}): {p.evidence}; card "
+                f"`{p.id}` in references/optimization_catalog.md"
+                for p in selection.selected
+            ]
+        ),
         skipped=_lines([f"`{s.id}` ({s.axis}): {s.reason}" for s in selection.skipped]),
         underfilled=_lines([f"{axis}: {why}" for axis, why in selection.underfilled.items()]),
         notes=_lines(notes),
@@ -72,7 +95,9 @@ def write_selection(out_dir: str | Path, selection: Selection, analysis: str) ->
     return out / "methods.json"
 
 
-def read_traits(sass_path: str | Path | None = None, *, profile_dir: str | Path | None = None) -> tuple[list[str] | None, str]:
+def read_traits(
+    sass_path: str | Path | None = None, *, profile_dir: str | Path | None = None
+) -> tuple[list[str] | None, str]:
     """The kernel's SASS mnemonics (for kernel_has / kernel_lacks skip conditions) and a note saying
     where they came from: ``sass_path`` when given, else the listing the profile in ``profile_dir`` kept
     (its profile.json names it). None when there is none: those skip conditions are then not applied."""
@@ -93,21 +118,44 @@ def read_traits(sass_path: str | Path | None = None, *, profile_dir: str | Path 
     except OSError as exc:
         raise ConfigError(f"cannot read the SASS listing {sass_path}: {exc}") from None
     if listing.empty:
-        return None, f"kernel traits not read ({sass_path} has no instructions): kernel_has / kernel_lacks " \
-                     "skips not applied"
+        return (
+            None,
+            f"kernel traits not read ({sass_path} has no instructions): kernel_has / kernel_lacks "
+            "skips not applied",
+        )
     return list(listing.instructions), f"kernel traits read from {sass_path}"
 
 
-def select_standalone(roofline_path: str | Path, ncu_top_path: str | Path, *, arch: str, backend: str,
-                      numerics_mode: str = "reference", dtypes: tuple[str, ...] = (),
-                      sass_path: str | Path | None = None, out_dir: str | Path | None = None) -> Path:
+def select_standalone(
+    roofline_path: str | Path,
+    ncu_top_path: str | Path,
+    *,
+    arch: str,
+    backend: str,
+    numerics_mode: str = "reference",
+    dtypes: tuple[str, ...] = (),
+    sass_path: str | Path | None = None,
+    out_dir: str | Path | None = None,
+) -> Path:
     """``kopt select --roofline R --ncu-top T``: the scan on any profile, without a run's history. The
     kernel's traits (shared-memory staging, MMA instructions...) come from ``sass_path``, else from the
     SASS listing kopt profile kept beside roofline.json."""
     roofline, ncu_top = read_evidence(roofline_path, ncu_top_path)
     mnemonics, traits = read_traits(sass_path, profile_dir=Path(roofline_path).parent)
-    selection = select_from_evidence(roofline, ncu_top, arch=arch, backend=backend, numerics_mode=numerics_mode,
-                                     dtypes=tuple(dtypes), sass_mnemonics=mnemonics)
-    analysis = render_analysis(selection, roofline, ncu_top, str(roofline_path),
-                               [f"standalone selection: no method history; {traits}"])
+    selection = select_from_evidence(
+        roofline,
+        ncu_top,
+        arch=arch,
+        backend=backend,
+        numerics_mode=numerics_mode,
+        dtypes=tuple(dtypes),
+        sass_mnemonics=mnemonics,
+    )
+    analysis = render_analysis(
+        selection,
+        roofline,
+        ncu_top,
+        str(roofline_path),
+        [f"standalone selection: no method history; {traits}"],
+    )
     return write_selection(Path(out_dir or Path(roofline_path).parent), selection, analysis)

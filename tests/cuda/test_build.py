@@ -100,14 +100,30 @@ def test_parse_ptxas_older_report_skips_device_functions():
     matmul, copy, tiny = parse_ptxas(OLDER_LOG)
 
     assert matmul == KernelResources(
-        name="_Z6matmulPKfS0_Pfi", arch="sm_80", registers=32, shared_bytes=8192, stack_bytes=0,
-        spill_store_bytes=0, spill_load_bytes=0, barriers=None, constant_bytes=392,
+        name="_Z6matmulPKfS0_Pfi",
+        arch="sm_80",
+        registers=32,
+        shared_bytes=8192,
+        stack_bytes=0,
+        spill_store_bytes=0,
+        spill_load_bytes=0,
+        barriers=None,
+        constant_bytes=392,
     )
     assert copy == KernelResources(
-        name="_Z4copyPKfPfi", arch="sm_80", registers=8, shared_bytes=0, stack_bytes=16,
-        spill_store_bytes=4, spill_load_bytes=4, barriers=0, constant_bytes=364,
+        name="_Z4copyPKfPfi",
+        arch="sm_80",
+        registers=8,
+        shared_bytes=0,
+        stack_bytes=16,
+        spill_store_bytes=4,
+        spill_load_bytes=4,
+        barriers=0,
+        constant_bytes=364,
     )
-    assert tiny == KernelResources(name="_Z4tinyv", arch="sm_70", registers=4, shared_bytes=0, constant_bytes=352)
+    assert tiny == KernelResources(
+        name="_Z4tinyv", arch="sm_70", registers=4, shared_bytes=0, constant_bytes=352
+    )
 
 
 def test_parse_ptxas_without_entries_is_empty():

@@ -28,9 +28,9 @@ def test_original_skill_signature():
 
 def test_cutlass_signature():
     source = (
-        '#include <cutlass/numeric_types.h>\n'
+        "#include <cutlass/numeric_types.h>\n"
         'extern "C" void solve(const cutlass::half_t* A, const cutlass::half_t* B, cutlass::half_t* C,'
-        ' int M, int N, int K) {}\n'
+        " int M, int N, int K) {}\n"
     )
     interface = parse_solve(source)
 
@@ -176,8 +176,8 @@ def test_custom_entry_name():
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        ("__global__ void k(float* x) {}\n", ['k.cu', 'extern "C" void solve(']),
-        ("// extern \"C\" void solve(float* x);\n", ['k.cu', 'extern "C" void solve(']),
+        ("__global__ void k(float* x) {}\n", ["k.cu", 'extern "C" void solve(']),
+        ('// extern "C" void solve(float* x);\n', ["k.cu", 'extern "C" void solve(']),
         ("\n\nvoid solve(float* x) {}\n", ["k.cu:3", 'not declared extern "C"']),
         ('extern "C" int solve(float* x) {}\n', ["k.cu:1", "returns 'int'"]),
         ('extern "C" {\nstatic void solve(float* x) {}\n}\n', ["k.cu:2", "static"]),

@@ -49,8 +49,20 @@ def run_bench(
     """
     dim_args = [d if d.startswith("--") else f"--{d}" for d in dims]
     command = [
-        sys.executable, "-m", "kopt_core.cli", "bench", str(kernel), "--ref", str(ref), *dim_args,
-        "--json", "--budget-s", "0.5", "--timeout-s", str(timeout_s), *extra,
+        sys.executable,
+        "-m",
+        "kopt_core.cli",
+        "bench",
+        str(kernel),
+        "--ref",
+        str(ref),
+        *dim_args,
+        "--json",
+        "--budget-s",
+        "0.5",
+        "--timeout-s",
+        str(timeout_s),
+        *extra,
     ]
     env = dict(os.environ)
     # The checkout is importable as installed (kopt_core's folder is the package), also when it is not.

@@ -44,8 +44,11 @@ EXIT_KERNEL_FAILED = 2
 
 HEADERS, SEARCHED = discover()
 if HEADERS is None:
-    pytest.skip("CUTLASS headers not found (set CUTLASS_PATH or pip install nvidia-cutlass); searched: "
-                + "; ".join(SEARCHED), allow_module_level=True)
+    pytest.skip(
+        "CUTLASS headers not found (set CUTLASS_PATH or pip install nvidia-cutlass); searched: "
+        + "; ".join(SEARCHED),
+        allow_module_level=True,
+    )
 
 KERNELS = {
     "sm80": SM80 / "kernel.cu",
@@ -74,8 +77,11 @@ def cache_dir(tmp_path_factory) -> Path:
         name, path = item
         build_dir = tmp_path_factory.mktemp(f"build-{name}")
         try:
-            kopt_cutlass.plugin.kopt_compile(candidate=Candidate(path=str(path), backend="cutlass"),
-                                             build_dir=build_dir, toolchain=toolchain)
+            kopt_cutlass.plugin.kopt_compile(
+                candidate=Candidate(path=str(path), backend="cutlass"),
+                build_dir=build_dir,
+                toolchain=toolchain,
+            )
         except Exception as exc:  # reported again, properly, by the CLI run
             print(f"\nprebuild of {name} failed ({type(exc).__name__}); the CLI will rebuild it")
 
@@ -87,14 +93,26 @@ def cache_dir(tmp_path_factory) -> Path:
 def run_bench(kernel: Path, ref: Path, cache: Path) -> tuple[int, dict[str, Any] | None, str]:
     """Run `kopt bench` on one kernel at 4096^3; return (exit code, the --json document or None, stderr)."""
     command = [
-        sys.executable, "-m", "kopt_core.cli", "bench", str(kernel), "--ref", str(ref), *DIMS,
-        "--json", "--budget-s", "1", "--timeout-s", "600",
+        sys.executable,
+        "-m",
+        "kopt_core.cli",
+        "bench",
+        str(kernel),
+        "--ref",
+        str(ref),
+        *DIMS,
+        "--json",
+        "--budget-s",
+        "1",
+        "--timeout-s",
+        "600",
     ]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env["KOPT_CACHE_DIR"] = str(cache)
-    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500,
-                          check=False)
+    proc = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500, check=False
+    )
     return proc.returncode, _parse_json(proc.stdout), proc.stderr
 
 
@@ -111,7 +129,7 @@ def _parse_json(stdout: str) -> dict[str, Any] | None:
     if start < 0:
         return None
     try:
-        return json.loads(text[start + 1:])
+        return json.loads(text[start + 1 :])
     except json.JSONDecodeError:
         return None
 
@@ -164,4 +182,6 @@ def test_wrong_cutlass_variant_is_rejected_with_mismatches(cache_dir, name, ref)
     checks = [buf for check in result.get("correctness") or [] for buf in check.get("buffers") or []]
     c_checks = [buf for buf in checks if buf["buffer"] == "C"]
     assert c_checks and any(buf["mismatches"] > 0 for buf in c_checks), why
-    print(f"\n{name}: rejected, {max(buf['mismatches'] for buf in c_checks)} of {M * N} elements of C mismatch")
+    print(
+        f"\n{name}: rejected, {max(buf['mismatches'] for buf in c_checks)} of {M * N} elements of C mismatch"
+    )

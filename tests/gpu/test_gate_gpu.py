@@ -24,8 +24,9 @@ H200_BF16 = 801e12
 
 def kopt_gate(out: Path, *args: str) -> tuple[int, dict | None, str]:
     command = [sys.executable, "-m", "kopt_core.cli", "gate", "--out", str(out), "--json", *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=dict(os.environ),
-                          cwd=out.parent)
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=1200, env=dict(os.environ), cwd=out.parent
+    )
     try:
         data = json.loads(done.stdout)
     except json.JSONDecodeError:
@@ -48,8 +49,10 @@ def test_gate_allows_generation_on_the_gpu(tmp_path):
     assert env["backend_probe"]["available"] is True
     ceilings = env["ceilings"]
     bandwidth, bf16 = ceilings["bandwidth_bytes_per_s"], ceilings["flops_per_s"]["bfloat16"]
-    print(f"\n[gate] {env['gpu']['name']}: bandwidth {bandwidth / 1e12:.3f} TB/s, bf16 {bf16 / 1e12:.1f} TFLOP/s; "
-          f"tools: " + ", ".join(f"{n} {t['version']}" for n, t in tools.items()))
+    print(
+        f"\n[gate] {env['gpu']['name']}: bandwidth {bandwidth / 1e12:.3f} TB/s, bf16 {bf16 / 1e12:.1f} TFLOP/s; "
+        f"tools: " + ", ".join(f"{n} {t['version']}" for n, t in tools.items())
+    )
     if "H200" in env["gpu"]["name"]:
         assert abs(bandwidth / H200_BANDWIDTH - 1) <= 0.10, bandwidth
         assert abs(bf16 / H200_BF16 - 1) <= 0.10, bf16

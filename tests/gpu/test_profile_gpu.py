@@ -23,8 +23,19 @@ KERNELS = REPO / "tests" / "gpu_kernels"
 
 
 def kopt_profile(kernel: Path, ref: Path, out: Path, *args: str) -> tuple[int, dict | None, str]:
-    command = [sys.executable, "-m", "kopt_core.cli", "profile", str(kernel), "--ref", str(ref), "--out", str(out),
-               "--json", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "kopt_core.cli",
+        "profile",
+        str(kernel),
+        "--ref",
+        str(ref),
+        "--out",
+        str(out),
+        "--json",
+        *args,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=dict(os.environ))
     try:
         summary = json.loads(done.stdout)
@@ -35,11 +46,13 @@ def kopt_profile(kernel: Path, ref: Path, out: Path, *args: str) -> tuple[int, d
 
 def _show(label: str, summary: dict, out: Path) -> dict:
     roofline = json.loads((out / "roofline.json").read_text())
-    print(f"\n[{label}] ncu {summary['ncu_duration_ms']:.4f} ms vs kopt median {summary['harness_median_ms']:.4f} ms "
-          f"({summary['harness_over_ncu']:+.2%}); bundle {summary['bundle']} ({summary['bundle_reason']}); "
-          f"ncu took {summary['ncu_seconds']:.1f} s of {summary['total_seconds']:.1f} s; "
-          f"gaps c={roofline['delta_compute']} m={roofline['delta_memory']} l={roofline['delta_latency']} "
-          f"bound={roofline['bound']} budget={roofline['axis_budget']}")
+    print(
+        f"\n[{label}] ncu {summary['ncu_duration_ms']:.4f} ms vs kopt median {summary['harness_median_ms']:.4f} ms "
+        f"({summary['harness_over_ncu']:+.2%}); bundle {summary['bundle']} ({summary['bundle_reason']}); "
+        f"ncu took {summary['ncu_seconds']:.1f} s of {summary['total_seconds']:.1f} s; "
+        f"gaps c={roofline['delta_compute']} m={roofline['delta_memory']} l={roofline['delta_latency']} "
+        f"bound={roofline['bound']} budget={roofline['axis_budget']}"
+    )
     return roofline
 
 
@@ -55,8 +68,9 @@ def _check_outputs(out: Path, summary: dict, kernels: int) -> dict:
 
 def test_cuda_sgemm_profile_full_set(tmp_path):
     example = EXAMPLES / "cuda" / "sgemm_naive"
-    rc, summary, err = kopt_profile(example / "kernel.cu", example / "ref.py", tmp_path, "--M=2048", "--N=2048",
-                                    "--K=2048")
+    rc, summary, err = kopt_profile(
+        example / "kernel.cu", example / "ref.py", tmp_path, "--M=2048", "--N=2048", "--K=2048"
+    )
     assert rc == 0, err
     _check_outputs(tmp_path, summary, 1)
     assert summary["bundle"] == "full"
@@ -67,8 +81,9 @@ def test_cuda_sgemm_profile_full_set(tmp_path):
 
 
 def test_three_kernel_solve_reports_each_kernel_and_their_sum(tmp_path):
-    rc, summary, err = kopt_profile(KERNELS / "three_kernels.cu", KERNELS / "three_kernels_ref.py", tmp_path,
-                                    "--N=16777216")
+    rc, summary, err = kopt_profile(
+        KERNELS / "three_kernels.cu", KERNELS / "three_kernels_ref.py", tmp_path, "--N=16777216"
+    )
     assert rc == 0, err
     _check_outputs(tmp_path, summary, 3)
     names = " ".join(k["name"] for k in summary["kernels"])
@@ -80,8 +95,16 @@ def test_three_kernel_solve_reports_each_kernel_and_their_sum(tmp_path):
 
 def test_full_to_light_fallback(tmp_path):
     example = EXAMPLES / "cuda" / "sgemm_naive"
-    rc, summary, err = kopt_profile(example / "kernel.cu", example / "ref.py", tmp_path, "--M=2048", "--N=2048",
-                                    "--K=2048", "--full-timeout-s", "2")
+    rc, summary, err = kopt_profile(
+        example / "kernel.cu",
+        example / "ref.py",
+        tmp_path,
+        "--M=2048",
+        "--N=2048",
+        "--K=2048",
+        "--full-timeout-s",
+        "2",
+    )
     assert rc == 0, err
     attempts = summary["attempts"]
     assert [a["bundle"] for a in attempts] == ["full", "light"]
@@ -92,8 +115,9 @@ def test_full_to_light_fallback(tmp_path):
 
 def test_cutlass_gemm_profile(tmp_path):
     example = EXAMPLES / "cutlass" / "gemm_sm80_tensorop"
-    rc, summary, err = kopt_profile(example / "kernel.cu", example / "ref.py", tmp_path, "--M=4096", "--N=4096",
-                                    "--K=4096")
+    rc, summary, err = kopt_profile(
+        example / "kernel.cu", example / "ref.py", tmp_path, "--M=4096", "--N=4096", "--K=4096"
+    )
     assert rc == 0, err
     _check_outputs(tmp_path, summary, 1)
     _show("cutlass sm80 4096", summary, tmp_path)
@@ -101,7 +125,9 @@ def test_cutlass_gemm_profile(tmp_path):
 
 def test_triton_softmax_profile(tmp_path):
     example = EXAMPLES / "triton" / "softmax"
-    rc, summary, err = kopt_profile(example / "kernel.py", example / "ref.py", tmp_path, "--M=8192", "--N=8192")
+    rc, summary, err = kopt_profile(
+        example / "kernel.py", example / "ref.py", tmp_path, "--M=8192", "--N=8192"
+    )
     assert rc == 0, err
     _check_outputs(tmp_path, summary, 1)
     roofline = _show("triton softmax 8192", summary, tmp_path)
@@ -110,11 +136,26 @@ def test_triton_softmax_profile(tmp_path):
 
 def test_import_of_the_report_gives_the_same_evidence(tmp_path):
     example = EXAMPLES / "cuda" / "sgemm_naive"
-    rc, summary, err = kopt_profile(example / "kernel.cu", example / "ref.py", tmp_path / "live", "--M=1024",
-                                    "--N=1024", "--K=1024")
+    rc, summary, err = kopt_profile(
+        example / "kernel.cu", example / "ref.py", tmp_path / "live", "--M=1024", "--N=1024", "--K=1024"
+    )
     assert rc == 0, err
-    done = subprocess.run([sys.executable, "-m", "kopt_core.cli", "profile", "--import", summary["report"], "--out",
-                           str(tmp_path / "imported"), "--json"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kopt_core.cli",
+            "profile",
+            "--import",
+            summary["report"],
+            "--out",
+            str(tmp_path / "imported"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     live = json.loads((tmp_path / "live" / "ncu_top.json").read_text())
     imported = json.loads((tmp_path / "imported" / "ncu_top.json").read_text())

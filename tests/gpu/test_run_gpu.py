@@ -23,8 +23,13 @@ KERNELS = REPO / "tests" / "gpu_kernels"
 
 
 def kopt(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kopt_core.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ))
+    return subprocess.run(
+        [sys.executable, "-m", "kopt_core.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +48,21 @@ def start_run(tmp_path: Path, kernel: Path, ref: Path, env_json: Path, *dims: st
 
 
 CASES = [
-    (EXAMPLES / "cuda" / "vector_scale" / "kernel.cu", EXAMPLES / "cuda" / "vector_scale" / "ref.py",
-     ("--N=67108864",)),
-    (EXAMPLES / "cutlass" / "gemm_sm80_tensorop" / "kernel.cu", EXAMPLES / "cutlass" / "gemm_sm80_tensorop" / "ref.py",
-     ("--M=4096", "--N=4096", "--K=4096")),
-    (EXAMPLES / "triton" / "softmax" / "kernel.py", EXAMPLES / "triton" / "softmax" / "ref.py",
-     ("--M=8192", "--N=8192")),
+    (
+        EXAMPLES / "cuda" / "vector_scale" / "kernel.cu",
+        EXAMPLES / "cuda" / "vector_scale" / "ref.py",
+        ("--N=67108864",),
+    ),
+    (
+        EXAMPLES / "cutlass" / "gemm_sm80_tensorop" / "kernel.cu",
+        EXAMPLES / "cutlass" / "gemm_sm80_tensorop" / "ref.py",
+        ("--M=4096", "--N=4096", "--K=4096"),
+    ),
+    (
+        EXAMPLES / "triton" / "softmax" / "kernel.py",
+        EXAMPLES / "triton" / "softmax" / "ref.py",
+        ("--M=8192", "--N=8192"),
+    ),
 ]
 
 
@@ -59,9 +73,17 @@ def test_seed_and_open_produce_the_seed_layout(tmp_path, env_json, kernel, ref, 
     assert seeded.returncode == 0, seeded.stderr
     opened = kopt("iter", "open", "--state", run / "state.json", "--iter", "1")
     assert opened.returncode == 0, opened.stderr
-    for name in ("env.json", "state.json", "summary.md", "baseline/bench.json", "baseline/baseline.ncu-rep",
-                 f"baseline/{kernel.name}", "iterv1/best_input.ncu-rep", "iterv1/ncu_top.json",
-                 "iterv1/roofline.json"):
+    for name in (
+        "env.json",
+        "state.json",
+        "summary.md",
+        "baseline/bench.json",
+        "baseline/baseline.ncu-rep",
+        f"baseline/{kernel.name}",
+        "iterv1/best_input.ncu-rep",
+        "iterv1/ncu_top.json",
+        "iterv1/roofline.json",
+    ):
         assert (run / name).is_file(), name
     assert not list(run.glob(".staging_*")) and not (run / "iterv2").exists()
     state = json.loads((run / "state.json").read_text())
@@ -69,8 +91,10 @@ def test_seed_and_open_produce_the_seed_layout(tmp_path, env_json, kernel, ref, 
     baseline_bundle = json.loads((run / "baseline" / "profile.json").read_text())["bundle"]
     assert json.loads((run / "iterv1" / "profile.json").read_text())["bundle"] == baseline_bundle
     # the profile kept the kernel's SASS, and selection reads the kernel's traits from it
-    assert json.loads((run / "iterv1" / "profile.json").read_text())["sass"] == {"file": "best_input.sass",
-                                                                                  "error": None}
+    assert json.loads((run / "iterv1" / "profile.json").read_text())["sass"] == {
+        "file": "best_input.sass",
+        "error": None,
+    }
     selected = kopt("select", "--state", run / "state.json", "--iter", "1")
     assert selected.returncode == 0, selected.stderr
     methods = json.loads((run / "iterv1" / "methods.json").read_text())
@@ -79,9 +103,11 @@ def test_seed_and_open_produce_the_seed_layout(tmp_path, env_json, kernel, ref, 
     assert tags["tensor_core_mma"] is (kernel.parent.name == "gemm_sm80_tensorop")
     if kernel.parent.name != "softmax":  # a Triton row reduction may exchange partials through shared memory
         assert tags["shared_memory_staging"] is (kernel.parent.name == "gemm_sm80_tensorop")
-    print(f"\n[{kernel.parent.name}] baseline {state['best_metric_ms']:.4f} ms; "
-          f"roofline {json.loads((run / 'iterv1' / 'roofline.json').read_text())['axis_budget']}; "
-          f"selected {[p['id'] for p in methods['selected']]}")
+    print(
+        f"\n[{kernel.parent.name}] baseline {state['best_metric_ms']:.4f} ms; "
+        f"roofline {json.loads((run / 'iterv1' / 'roofline.json').read_text())['axis_budget']}; "
+        f"selected {[p['id'] for p in methods['selected']]}"
+    )
 
 
 def test_a_baseline_that_fails_correctness_stops_with_exit_2(tmp_path, env_json):

@@ -47,19 +47,31 @@ def cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("kopt_builds")
 
 
-def run_bench(kernel: Path, ref: Path, dims: dict, cache: Path, timeout_s: float = 300,
-              wall_limit_s: float = 900) -> tuple[int, dict[str, Any] | None, str]:
+def run_bench(
+    kernel: Path, ref: Path, dims: dict, cache: Path, timeout_s: float = 300, wall_limit_s: float = 900
+) -> tuple[int, dict[str, Any] | None, str]:
     """Run `kopt bench` on one kernel; return (exit code, the --json document or None, stderr)."""
     command = [
-        sys.executable, "-m", "kopt_core.cli", "bench", str(kernel), "--ref", str(ref),
+        sys.executable,
+        "-m",
+        "kopt_core.cli",
+        "bench",
+        str(kernel),
+        "--ref",
+        str(ref),
         *(f"--{name}={value}" for name, value in dims.items()),
-        "--json", "--budget-s", "1", "--timeout-s", str(timeout_s),
+        "--json",
+        "--budget-s",
+        "1",
+        "--timeout-s",
+        str(timeout_s),
     ]
     env = dict(os.environ, KOPT_CACHE_DIR=str(cache))
     env.pop("TRITON_INTERPRET", None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=wall_limit_s,
-                          check=False)
+    proc = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=wall_limit_s, check=False
+    )
     return proc.returncode, _parse_json(proc.stdout), proc.stderr
 
 
@@ -88,9 +100,11 @@ def report(name: str, data: dict, ref: Path, dims: dict) -> None:
     model = workload(ref, dims)
     gbps = model["bytes_min"] / seconds / 1e9
     tflops = model["flops"] / seconds / 1e12
-    print(f"\n[triton {name}] {dims}: median {timing['median_ms'] * 1e3:.1f} us ({timing['mode']}, "
-          f"n={timing['n']}, ci +-{timing['median_ci_rel'] * 100:.2f}%), {gbps:.0f} GB/s, "
-          f"{tflops:.2f} TFLOP/s, speedup vs reference {data.get('speedup_vs_reference') or 0:.2f}x")
+    print(
+        f"\n[triton {name}] {dims}: median {timing['median_ms'] * 1e3:.1f} us ({timing['mode']}, "
+        f"n={timing['n']}, ci +-{timing['median_ci_rel'] * 100:.2f}%), {gbps:.0f} GB/s, "
+        f"{tflops:.2f} TFLOP/s, speedup vs reference {data.get('speedup_vs_reference') or 0:.2f}x"
+    )
 
 
 def assert_ok(code: int, data: dict | None, stderr: str) -> dict:
@@ -140,9 +154,14 @@ def test_tiny_launches_are_timed_as_graph_replays(cache_dir):
     assert timing["mode"] == "graph", (timing["mode"], timing["note"])
 
 
-@pytest.mark.parametrize(("wrong", "example"), [
-    ("vector_add_wrong.py", "vector_add"), ("softmax_wrong.py", "softmax"), ("matmul_wrong.py", "matmul"),
-])
+@pytest.mark.parametrize(
+    ("wrong", "example"),
+    [
+        ("vector_add_wrong.py", "vector_add"),
+        ("softmax_wrong.py", "softmax"),
+        ("matmul_wrong.py", "matmul"),
+    ],
+)
 def test_wrong_variants_fail(wrong, example, cache_dir):
     code, data, stderr = run_bench(WRONG / wrong, EXAMPLES / example / "ref.py", CASES[example], cache_dir)
     assert data is not None, stderr[-3000:]

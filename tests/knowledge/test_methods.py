@@ -18,8 +18,15 @@ REGISTRY = REFERENCES / "method_registry.json"
 SCHEMA = REFERENCES / "schemas" / "v1" / "method_registry.schema.json"
 
 REQUIRED = (
-    "compute.tensor_core", "compute.wgmma", "compute.warp_specialization", "memory.cp_async", "memory.tma",
-    "memory.vectorized_access", "memory.smem_tiling", "memory.coalescing", "latency.double_buffering",
+    "compute.tensor_core",
+    "compute.wgmma",
+    "compute.warp_specialization",
+    "memory.cp_async",
+    "memory.tma",
+    "memory.vectorized_access",
+    "memory.smem_tiling",
+    "memory.coalescing",
+    "latency.double_buffering",
     "latency.occupancy_tuning",
 )
 
@@ -83,8 +90,10 @@ def test_relations_consistent(registry):
     assert wgmma.relations.conflicts == ()
     assert {"memory.tma", "compute.warp_specialization"} <= set(wgmma.relations.complements)
     assert registry.get("latency.double_buffering").relations.same_budget is not None
-    assert (registry.get("latency.double_buffering").relations.same_budget
-            == registry.get("latency.multistage_pipeline").relations.same_budget)
+    assert (
+        registry.get("latency.double_buffering").relations.same_budget
+        == registry.get("latency.multistage_pipeline").relations.same_budget
+    )
 
 
 def test_numerics_classes(registry):
@@ -112,8 +121,13 @@ def test_cp_async_gate(registry):
 
 def test_hopper_features(registry):
     for arch in ("sm_90", "sm_90a"):
-        for method_id in ("memory.tma", "compute.thread_block_clusters", "memory.distributed_shared_memory",
-                          "compute.warp_specialization", "memory.stmatrix"):
+        for method_id in (
+            "memory.tma",
+            "compute.thread_block_clusters",
+            "memory.distributed_shared_memory",
+            "compute.warp_specialization",
+            "memory.stmatrix",
+        ):
             assert registry.applies_on(method_id, arch)[0], (method_id, arch)
     assert not registry.applies_on("memory.tma", "sm_89")[0]
     assert registry.applies_on("compute.fp8", "sm_89")[0]
@@ -132,8 +146,12 @@ def test_a_condition_group_holds_only_when_all_of_it_holds(registry):
     assert trigger.holds(saturated_hits)
     assert not trigger.holds({**saturated_hits, "l1_hit_rate_pct": 5.0})  # a busy L1 that misses: streaming
     assert not trigger.holds({"l1tex_throughput_pct": 99.0})  # the hit rate unknown: never assumed
-    assert set(trigger.metrics()) == {"l1tex_throughput_pct", "l1_hit_rate_pct", "l2_throughput_pct",
-                                      "l2_hit_rate_pct"}
+    assert set(trigger.metrics()) == {
+        "l1tex_throughput_pct",
+        "l1_hit_rate_pct",
+        "l2_throughput_pct",
+        "l2_hit_rate_pct",
+    }
 
 
 # ------------------------------------------------------------------------------------ broken copies
@@ -154,6 +172,7 @@ def _method(document, method_id):
 def test_unknown_trigger_metric_rejected(tmp_path):
     def edit(d):
         _method(d, "memory.coalescing")["trigger"]["any"][0]["metric"] = "no_such_metric"
+
     path = _broken(tmp_path, edit)
     with pytest.raises(ConfigError, match="unknown metric key 'no_such_metric'") as info:
         load_methods(path)
@@ -163,14 +182,17 @@ def test_unknown_trigger_metric_rejected(tmp_path):
 def test_unknown_metric_inside_a_group_rejected_with_its_path(tmp_path):
     def edit(d):
         _method(d, "memory.smem_tiling")["trigger"]["any"][0]["all"][1]["metric"] = "no_such_metric"
+
     with pytest.raises(ConfigError, match=r"trigger\.any\[0\]\.all\[1\]\.metric: unknown metric key"):
         load_methods(_broken(tmp_path, edit))
 
 
 def test_a_group_of_one_is_rejected_by_the_schema(tmp_path):
     def edit(d):
-        _method(d, "memory.smem_tiling")["trigger"]["any"][0]["all"] = [{"metric": "l1_hit_rate_pct", "op": ">=",
-                                                                          "value": 50}]
+        _method(d, "memory.smem_tiling")["trigger"]["any"][0]["all"] = [
+            {"metric": "l1_hit_rate_pct", "op": ">=", "value": 50}
+        ]
+
     with pytest.raises(ConfigError):
         load_methods(_broken(tmp_path, edit))
 
@@ -178,6 +200,7 @@ def test_a_group_of_one_is_rejected_by_the_schema(tmp_path):
 def test_asymmetric_conflict_rejected(tmp_path):
     def edit(d):
         _method(d, "compute.split_k")["relations"]["conflicts"] = []
+
     with pytest.raises(ConfigError, match="asymmetric conflict"):
         load_methods(_broken(tmp_path, edit))
 
@@ -185,14 +208,19 @@ def test_asymmetric_conflict_rejected(tmp_path):
 def test_duplicate_priority_rejected(tmp_path):
     def edit(d):
         _method(d, "memory.tma")["priority"] = _method(d, "memory.coalescing")["priority"]
+
     with pytest.raises(ConfigError, match="duplicate priority"):
         load_methods(_broken(tmp_path, edit))
 
 
 def test_other_inconsistencies_rejected(tmp_path):
     cases = {
-        "unknown method id": lambda d: _method(d, "compute.wgmma")["relations"]["complements"].append("memory.nope"),
-        "is not defined in any architecture": lambda d: _method(d, "memory.tma")["requires"].append("warp_drive"),
+        "unknown method id": lambda d: _method(d, "compute.wgmma")["relations"]["complements"].append(
+            "memory.nope"
+        ),
+        "is not defined in any architecture": lambda d: _method(d, "memory.tma")["requires"].append(
+            "warp_drive"
+        ),
         "has prefix 'memory' but axis 'latency'": lambda d: _method(d, "memory.tma").update(axis="latency"),
         "duplicate method id": lambda d: d["methods"].append(dict(_method(d, "memory.tma"), priority=99)),
     }
@@ -204,6 +232,7 @@ def test_other_inconsistencies_rejected(tmp_path):
 def test_schema_violation_rejected(tmp_path):
     def edit(d):
         _method(d, "memory.tma")["numerics"] = "roughly"
+
     with pytest.raises(ConfigError, match="numerics"):
         load_methods(_broken(tmp_path, edit))
 
@@ -219,9 +248,22 @@ def test_the_catalog_has_one_card_per_method_and_the_template_fills():
     assert sorted(cards) == sorted(load_methods().ids())
     template, _ = packaged_text("templates/iteration_report.md")
     fields = {name for _, name, _, _ in string.Formatter().parse(template) if name}
-    assert fields == {"iteration", "kernel", "bound", "label", "delta_compute", "delta_memory", "delta_latency",
-                      "axis_budget", "floor_share", "top_metrics", "selected", "skipped", "underfilled",
-                      "notes"}
+    assert fields == {
+        "iteration",
+        "kernel",
+        "bound",
+        "label",
+        "delta_compute",
+        "delta_memory",
+        "delta_latency",
+        "axis_budget",
+        "floor_share",
+        "top_metrics",
+        "selected",
+        "skipped",
+        "underfilled",
+        "notes",
+    }
     assert template.format(**{name: "x" for name in fields}).startswith("# Iteration x")
 
 

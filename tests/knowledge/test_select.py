@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 
 from kopt_core.knowledge.methods import load_methods
-from kopt_core.knowledge.select import (AXIS_CAP, ProfileEvidence, SelectionContext, kernel_tags,
-                                        select_methods)
+from kopt_core.knowledge.select import (
+    AXIS_CAP,
+    ProfileEvidence,
+    SelectionContext,
+    kernel_tags,
+    select_methods,
+)
 
 
 @pytest.fixture(scope="module")
@@ -18,8 +23,13 @@ BUDGET = {"compute": 1, "memory": 1, "latency": 1}
 
 
 def pick(registry, *, budget=BUDGET, values=None, bound="memory", floor_share=None, kernels=None, **context):
-    evidence = ProfileEvidence(budget=budget, bound=bound, values=values or {}, floor_share=floor_share,
-                               tags=kernel_tags(None, kernels=kernels))
+    evidence = ProfileEvidence(
+        budget=budget,
+        bound=bound,
+        values=values or {},
+        floor_share=floor_share,
+        tags=kernel_tags(None, kernels=kernels),
+    )
     context = {"arch": "sm_90a", "backend": "cuda", **context}
     return select_methods(registry, SelectionContext(evidence=evidence, **context))
 
@@ -44,7 +54,11 @@ def test_uncoalesced_loads_select_coalescing_first(registry):
 
 
 def test_budget_is_capped_per_axis(registry):
-    values = {"global_load_efficiency_pct": 40.0, "lsu_pipe_utilization_pct": 70.0, "l1tex_throughput_pct": 95.0}
+    values = {
+        "global_load_efficiency_pct": 40.0,
+        "lsu_pipe_utilization_pct": 70.0,
+        "l1tex_throughput_pct": 95.0,
+    }
     selection = pick(registry, budget={"compute": 0, "memory": 5, "latency": 0}, values=values)
     assert len(selection.selected) == AXIS_CAP
     assert selection.ids[0] == "memory.coalescing" and all(p.axis == "memory" for p in selection.selected)
@@ -53,9 +67,16 @@ def test_budget_is_capped_per_axis(registry):
 def test_arch_gate_is_explicit(registry):
     # an mma.sync GEMM (the tensor pipe in use): warpgroup MMA is the next step on sm_90a only
     values = {"tensor_pipe_utilization_pct": 60.0, "sm_throughput_pct": 60.0}
-    on_hopper = pick(registry, values=values, dtypes=("float16",), budget={"compute": 2, "memory": 0, "latency": 0})
-    on_ampere = pick(registry, values=values, dtypes=("float16",), arch="sm_80",
-                     budget={"compute": 2, "memory": 0, "latency": 0})
+    on_hopper = pick(
+        registry, values=values, dtypes=("float16",), budget={"compute": 2, "memory": 0, "latency": 0}
+    )
+    on_ampere = pick(
+        registry,
+        values=values,
+        dtypes=("float16",),
+        arch="sm_80",
+        budget={"compute": 2, "memory": 0, "latency": 0},
+    )
     assert "compute.wgmma" in on_hopper.ids
     assert "compute.wgmma" not in on_ampere.ids
     assert any("sm_80 lacks wgmma" in r for r in reasons(on_ampere, "compute.wgmma"))
@@ -63,8 +84,14 @@ def test_arch_gate_is_explicit(registry):
 
 def test_near_the_roofline_floor_only_floor_lowering_methods_are_tried(registry):
     # the H200 Triton softmax: 98% of its floor, DRAM busy; its budget still holds compute and latency slots
-    values = {"warp_stall_long_scoreboard_pct": 44.0, "warp_stall_barrier_pct": 18.0, "dram_throughput_pct": 83.5,
-              "waves_per_sm": 20.7, "wave_duration_us": 6.2, "fma_pipe_utilization_pct": 15.0}
+    values = {
+        "warp_stall_long_scoreboard_pct": 44.0,
+        "warp_stall_barrier_pct": 18.0,
+        "dram_throughput_pct": 83.5,
+        "waves_per_sm": 20.7,
+        "wave_duration_us": 6.2,
+        "fma_pipe_utilization_pct": 15.0,
+    }
     budget = {"compute": 2, "memory": 1, "latency": 1}
     near = pick(registry, values=values, budget=budget, floor_share=0.98, kernels=2, dtypes=("float32",))
     assert near.ids == ("memory.kernel_fusion",)  # fewer bytes is the only way under the floor
@@ -80,7 +107,9 @@ def test_near_the_roofline_floor_only_floor_lowering_methods_are_tried(registry)
 def test_one_member_of_a_same_budget_group_per_round(registry):
     # evidence that triggers both MMA paths (tensor pipe idle, FMA pipe busy): only one takes a slot
     values = {"tensor_pipe_utilization_pct": 5.0, "sm_throughput_pct": 60.0, "fma_pipe_utilization_pct": 60.0}
-    selection = pick(registry, values=values, dtypes=("float16",), budget={"compute": 2, "memory": 0, "latency": 0})
+    selection = pick(
+        registry, values=values, dtypes=("float16",), budget={"compute": 2, "memory": 0, "latency": 0}
+    )
     mma = [p for p in selection.ids if p in ("compute.tensor_core", "compute.wgmma")]
     assert len(mma) == 1
     other = "compute.wgmma" if mma[0] == "compute.tensor_core" else "compute.tensor_core"
@@ -93,7 +122,9 @@ def test_numerics_modes(registry):
     reference = pick(registry, values=values, dtypes=("float32",), budget=budget)
     assert "compute.tf32" not in reference.ids
     assert "needs --numerics-mode approximate" in reasons(reference, "compute.tf32")[0]
-    approximate = pick(registry, values=values, dtypes=("float32",), budget=budget, numerics_mode="approximate")
+    approximate = pick(
+        registry, values=values, dtypes=("float32",), budget=budget, numerics_mode="approximate"
+    )
     assert "compute.tf32" in approximate.ids
     strict = pick(registry, values=values, dtypes=("float32",), budget=budget, numerics_mode="strict")
     assert "compute.tf32" not in strict.ids
@@ -112,13 +143,19 @@ def test_implementation_failure_needs_acknowledgement(registry):
     values = {"global_load_efficiency_pct": 40.0}
     refused = pick(registry, values=values, implementation_failed=("memory.coalescing",))
     assert "memory.coalescing" not in refused.ids
-    accepted = pick(registry, values=values, implementation_failed=("memory.coalescing",),
-                    acknowledged=("memory.coalescing",))
+    accepted = pick(
+        registry,
+        values=values,
+        implementation_failed=("memory.coalescing",),
+        acknowledged=("memory.coalescing",),
+    )
     assert "memory.coalescing" in accepted.ids
 
 
 def test_earlier_selections_are_not_repeated(registry):
-    selection = pick(registry, values={"global_load_efficiency_pct": 40.0}, selected_before=("memory.coalescing",))
+    selection = pick(
+        registry, values={"global_load_efficiency_pct": 40.0}, selected_before=("memory.coalescing",)
+    )
     assert "memory.coalescing" not in selection.ids
     assert reasons(selection, "memory.coalescing") == ["selected in an earlier iteration"]
 

@@ -18,7 +18,11 @@ CASES = {
     "sgemm_naive": ("cuda", "float32", ("compute.register_tiling", "memory.smem_tiling")),
     # 84% long-scoreboard stalls at 55% of DRAM peak, 0.34 eligible warps: more bytes in flight per thread,
     # more independent loads, fewer and longer-lived blocks (0.8 us waves)
-    "vector_scale": ("cuda", "float32", ("compute.persistent_kernel", "memory.vectorized_access", "latency.ilp")),
+    "vector_scale": (
+        "cuda",
+        "float32",
+        ("compute.persistent_kernel", "memory.vectorized_access", "latency.ilp"),
+    ),
     # an mma.sync GEMM on sm_90a with its tensor pipe 73% busy: warpgroup MMA fed by TMA, stmatrix epilogue
     "cutlass_sm80": ("cutlass", "float16", ("compute.wgmma", "memory.tma", "memory.stmatrix")),
     # 97% of its DRAM floor: nothing that keeps the bytes can pay
@@ -34,8 +38,9 @@ def select(name: str, budget: dict | None = None):
         roofline = attrs.evolve(roofline, axis_budget=budget)
     mnemonics, note = read_traits(profile_dir=folder)
     assert mnemonics, note  # the profile's own SASS listing
-    return select_from_evidence(roofline, ncu_top, arch="sm_90a", backend=backend, dtypes=(dtype,),
-                                sass_mnemonics=mnemonics)
+    return select_from_evidence(
+        roofline, ncu_top, arch="sm_90a", backend=backend, dtypes=(dtype,), sass_mnemonics=mnemonics
+    )
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -72,5 +77,9 @@ def test_dram_excess_is_the_profile_over_the_workload_model_and_unknown_without_
     roofline, ncu_top = read_evidence(folder / "roofline.json", folder / "ncu_top.json")
     # 64M floats read and written: 536870912 bytes at least; ncu counted 517686016 through DRAM (the
     # last dirty lines leave L2 after the kernel ends)
-    assert roofline_evidence(roofline, ncu_top.values)["dram_excess_ratio"] == pytest.approx(517686016 / 536870912)
-    assert roofline_evidence(attrs.evolve(roofline, achieved=None), ncu_top.values)["dram_excess_ratio"] is None
+    assert roofline_evidence(roofline, ncu_top.values)["dram_excess_ratio"] == pytest.approx(
+        517686016 / 536870912
+    )
+    assert (
+        roofline_evidence(attrs.evolve(roofline, achieved=None), ncu_top.values)["dram_excess_ratio"] is None
+    )

@@ -25,14 +25,28 @@ SGEMM = {"flops": 2 * 2048**3, "bytes_min": 4 * 3 * 2048**2}
 
 
 def kopt(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kopt_core.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, KOPT_PLUGINS=""))
+    return subprocess.run(
+        [sys.executable, "-m", "kopt_core.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, KOPT_PLUGINS=""),
+    )
 
 
 def test_standalone_selection_writes_methods_and_analysis(tmp_path):
     import_profile(FIXTURES / "naive_full_raw.csv", tmp_path, workload=SGEMM, peak_dtype="float32")
-    proc = kopt("select", "--roofline", tmp_path / "roofline.json", "--ncu-top", tmp_path / "ncu_top.json",
-                "--dtype", "float32", "--sass", FIXTURES / "naive.sass.txt")
+    proc = kopt(
+        "select",
+        "--roofline",
+        tmp_path / "roofline.json",
+        "--ncu-top",
+        tmp_path / "ncu_top.json",
+        "--dtype",
+        "float32",
+        "--sass",
+        FIXTURES / "naive.sass.txt",
+    )
     assert proc.returncode == 0, proc.stderr
     methods = json.loads((tmp_path / "methods.json").read_text())
     roofline = json.loads((tmp_path / "roofline.json").read_text())
@@ -53,8 +67,20 @@ def test_the_naive_sgemm_gets_what_a_performance_engineer_would_try_first(tmp_pa
     and compute a register tile per thread; not coalescing (the row operand is a broadcast), not a
     persistent grid (each wave lives 200 us)."""
     import_profile(FIXTURES / "naive_full_raw.csv", tmp_path, workload=SGEMM, peak_dtype="float32")
-    assert kopt("select", "--roofline", tmp_path / "roofline.json", "--ncu-top", tmp_path / "ncu_top.json",
-                "--dtype", "float32", "--sass", FIXTURES / "naive.sass.txt").returncode == 0
+    assert (
+        kopt(
+            "select",
+            "--roofline",
+            tmp_path / "roofline.json",
+            "--ncu-top",
+            tmp_path / "ncu_top.json",
+            "--dtype",
+            "float32",
+            "--sass",
+            FIXTURES / "naive.sass.txt",
+        ).returncode
+        == 0
+    )
     methods = json.loads((tmp_path / "methods.json").read_text())
     assert [p["id"] for p in methods["selected"]] == ["compute.register_tiling", "memory.smem_tiling"]
     skipped = {s["id"]: s["reason"] for s in methods["skipped"]}
@@ -77,10 +103,17 @@ def run_with_the_naive_profile(make_pm, tmp_path):
     pm = make_pm(kopt_example_backend)
     for name in ("saxpy.py", "saxpy_ref.py"):
         shutil.copy(KERNELS / name, tmp_path / name)
-    write_json(tmp_path / "env.json", to_data(Env(backend="pytorch", generation_allowed=True,
-                                                   gpu=EnvGpu(capability="9.0"))))
-    store = init_run(pm, baseline=tmp_path / "saxpy.py", ref=tmp_path / "saxpy_ref.py", dims={"N": 4096},
-                     env_path=tmp_path / "env.json")
+    write_json(
+        tmp_path / "env.json",
+        to_data(Env(backend="pytorch", generation_allowed=True, gpu=EnvGpu(capability="9.0"))),
+    )
+    store = init_run(
+        pm,
+        baseline=tmp_path / "saxpy.py",
+        ref=tmp_path / "saxpy_ref.py",
+        dims={"N": 4096},
+        env_path=tmp_path / "env.json",
+    )
     folder = store.run_dir / "iterv1"
     import_profile(FIXTURES / "naive_full_raw.csv", folder, workload=SGEMM, peak_dtype="float32")
     return pm, store, folder
@@ -97,10 +130,17 @@ def test_run_form_writes_into_the_iteration(make_pm, tmp_path):
     assert "kernel traits not read" in (folder / "analysis.md").read_text()
     # with the listing the profile keeps, the kernel's traits decide the kernel_has / kernel_lacks skips
     shutil.copy(FIXTURES / "naive.sass.txt", folder / "best_input.sass")
-    write_json(folder / "profile.json", {**json.loads((folder / "profile.json").read_text()),
-                                         "sass": {"file": "best_input.sass", "error": None}})
+    write_json(
+        folder / "profile.json",
+        {
+            **json.loads((folder / "profile.json").read_text()),
+            "sass": {"file": "best_input.sass", "error": None},
+        },
+    )
     methods = json.loads(select_in_run(pm, store, 1).read_text())
-    assert methods["kernel_tags"]["shared_memory_staging"] is False and methods["kernel_tags"]["wgmma"] is False
+    assert (
+        methods["kernel_tags"]["shared_memory_staging"] is False and methods["kernel_tags"]["wgmma"] is False
+    )
     assert f"kernel traits read from {folder / 'best_input.sass'}" in (folder / "analysis.md").read_text()
 
 
@@ -109,13 +149,22 @@ def test_run_form_needs_an_acknowledgement_for_an_implementation_failed_method(m
     # selection reads only the run's backend name: judge the profile as the CUDA kernel it came from
     store.update(backend="cuda", implementation_failed_methods=("memory.coalescing",))
     # coalescing fires on this profile's 56% load efficiency when ncu's excess-sector count is unknown
-    (folder / "ncu_top.json").write_text(json.dumps({
-        **json.loads((folder / "ncu_top.json").read_text()),
-        "values": {**json.loads((folder / "ncu_top.json").read_text())["values"], "uncoalesced_excess_sectors": None},
-    }))
+    (folder / "ncu_top.json").write_text(
+        json.dumps(
+            {
+                **json.loads((folder / "ncu_top.json").read_text()),
+                "values": {
+                    **json.loads((folder / "ncu_top.json").read_text())["values"],
+                    "uncoalesced_excess_sectors": None,
+                },
+            }
+        )
+    )
     refused = json.loads(select_in_run(pm, store, 1).read_text())
     assert "memory.coalescing" not in [p["id"] for p in refused["selected"]]
-    assert any(s["id"] == "memory.coalescing" and "acknowledgement" in s["reason"] for s in refused["skipped"])
+    assert any(
+        s["id"] == "memory.coalescing" and "acknowledgement" in s["reason"] for s in refused["skipped"]
+    )
     proc = kopt("select", "--state", store.state_path, "--iter", "1", "--acknowledge", "memory.coalescing")
     assert proc.returncode == 0, proc.stderr
     admitted = json.loads((folder / "methods.json").read_text())

@@ -28,25 +28,69 @@ REFERENCES = REPO / "kopt_core" / "references"
 REGISTRY = REFERENCES / "metric_registry.json"
 SCHEMA = REFERENCES / "schemas" / "v1" / "metric_registry.schema.json"
 
-CORE_KEYS = ("sm_throughput_pct", "memory_throughput_pct", "duration_ms", "registers_per_thread",
-             "achieved_occupancy_pct", "theoretical_occupancy_pct", "dram_throughput_pct", "l1tex_throughput_pct",
-             "l2_throughput_pct")
-STALL_KEYS = ("warp_stall_long_scoreboard_pct", "warp_stall_lg_throttle_pct", "warp_stall_not_selected_pct",
-              "warp_stall_wait_pct", "warp_stall_barrier_pct", "warp_stall_mio_throttle_pct",
-              "warp_stall_math_pipe_throttle_pct", "warp_stall_short_scoreboard_pct")
+CORE_KEYS = (
+    "sm_throughput_pct",
+    "memory_throughput_pct",
+    "duration_ms",
+    "registers_per_thread",
+    "achieved_occupancy_pct",
+    "theoretical_occupancy_pct",
+    "dram_throughput_pct",
+    "l1tex_throughput_pct",
+    "l2_throughput_pct",
+)
+STALL_KEYS = (
+    "warp_stall_long_scoreboard_pct",
+    "warp_stall_lg_throttle_pct",
+    "warp_stall_not_selected_pct",
+    "warp_stall_wait_pct",
+    "warp_stall_barrier_pct",
+    "warp_stall_mio_throttle_pct",
+    "warp_stall_math_pipe_throttle_pct",
+    "warp_stall_short_scoreboard_pct",
+)
 # What the basic (light) set does not collect: these must come out unknown, never 0.
 BASIC_UNKNOWN = (
-    "ipc", "issued_ipc", "branch_efficiency_pct", "divergent_branches", "threads_per_inst", "inst_executed",
-    "dram_bytes", "dram_read_bytes", "dram_write_bytes", "dram_bandwidth", "l1_hit_rate_pct", "l2_hit_rate_pct",
-    "global_load_sectors_per_request", "global_load_efficiency_pct", "global_store_efficiency_pct",
-    "uncoalesced_excess_sectors", "shared_bank_conflicts", "shared_excess_wavefronts", "register_spill_insts",
-    "eligible_warps_per_scheduler", "active_warps_per_scheduler", "warp_cycles_per_issued_inst",
-    "warp_stall_long_scoreboard_pct", "warp_stall_short_scoreboard_pct", "warp_stall_barrier_pct",
-    "warp_stall_mio_throttle_pct", "warp_stall_lg_throttle_pct", "warp_stall_tex_throttle_pct",
-    "warp_stall_math_pipe_throttle_pct", "warp_stall_wait_pct", "warp_stall_not_selected_pct",
-    "warp_stall_selected_pct", "warp_stall_dispatch_stall_pct", "warp_stall_no_instruction_pct",
-    "warp_stall_branch_resolving_pct", "warp_stall_membar_pct", "warp_stall_drain_pct", "warp_stall_sleeping_pct",
-    "warp_stall_gmma_pct", "warp_stall_imc_miss_pct",
+    "ipc",
+    "issued_ipc",
+    "branch_efficiency_pct",
+    "divergent_branches",
+    "threads_per_inst",
+    "inst_executed",
+    "dram_bytes",
+    "dram_read_bytes",
+    "dram_write_bytes",
+    "dram_bandwidth",
+    "l1_hit_rate_pct",
+    "l2_hit_rate_pct",
+    "global_load_sectors_per_request",
+    "global_load_efficiency_pct",
+    "global_store_efficiency_pct",
+    "uncoalesced_excess_sectors",
+    "shared_bank_conflicts",
+    "shared_excess_wavefronts",
+    "register_spill_insts",
+    "eligible_warps_per_scheduler",
+    "active_warps_per_scheduler",
+    "warp_cycles_per_issued_inst",
+    "warp_stall_long_scoreboard_pct",
+    "warp_stall_short_scoreboard_pct",
+    "warp_stall_barrier_pct",
+    "warp_stall_mio_throttle_pct",
+    "warp_stall_lg_throttle_pct",
+    "warp_stall_tex_throttle_pct",
+    "warp_stall_math_pipe_throttle_pct",
+    "warp_stall_wait_pct",
+    "warp_stall_not_selected_pct",
+    "warp_stall_selected_pct",
+    "warp_stall_dispatch_stall_pct",
+    "warp_stall_no_instruction_pct",
+    "warp_stall_branch_resolving_pct",
+    "warp_stall_membar_pct",
+    "warp_stall_drain_pct",
+    "warp_stall_sleeping_pct",
+    "warp_stall_gmma_pct",
+    "warp_stall_imc_miss_pct",
 )
 
 
@@ -66,8 +110,13 @@ def basic():
 
 
 def _profile(**metrics: tuple[float | None, str]) -> KernelProfile:
-    return KernelProfile(id=0, name="k", metrics={
-        name: MetricValue(name=name, value=value, unit=unit) for name, (value, unit) in metrics.items()})
+    return KernelProfile(
+        id=0,
+        name="k",
+        metrics={
+            name: MetricValue(name=name, value=value, unit=unit) for name, (value, unit) in metrics.items()
+        },
+    )
 
 
 def _broken_copy(tmp_path: Path, change) -> Path:
@@ -101,8 +150,12 @@ def test_registry_covers_every_axis(registry):
     for axis, at_least in (("compute", 8), ("memory", 10), ("latency", 10), ("info", 3)):
         assert len(registry.by_axis(axis)) >= at_least, axis
     assert {spec.key for spec in registry.by_axis("latency")} >= set(STALL_KEYS) | {"achieved_occupancy_pct"}
-    assert {"sm_throughput_pct", "tensor_pipe_utilization_pct", "ipc"} <= {s.key for s in registry.by_axis("compute")}
-    assert {"memory_throughput_pct", "dram_throughput_pct", "dram_bytes"} <= {s.key for s in registry.by_axis("memory")}
+    assert {"sm_throughput_pct", "tensor_pipe_utilization_pct", "ipc"} <= {
+        s.key for s in registry.by_axis("compute")
+    }
+    assert {"memory_throughput_pct", "dram_throughput_pct", "dram_bytes"} <= {
+        s.key for s in registry.by_axis("memory")
+    }
     with pytest.raises(ValueError):
         registry.by_axis("speed")
 
@@ -113,7 +166,9 @@ def test_registry_entries(registry):
     for spec in registry.metrics:
         assert spec.missing == "unknown"
         assert spec.bad_when in ("high", "low", "neither")
-        assert (spec.ncu_names or spec.derive is not None) and spec.description  # only a derived key has no name
+        assert (
+            spec.ncu_names or spec.derive is not None
+        ) and spec.description  # only a derived key has no name
         assert "full" in spec.sets
         assert registry.get(spec.key) is spec
     assert registry.get("no_such_metric") is None
@@ -191,8 +246,12 @@ def test_inconsistent_registry_is_a_config_error(tmp_path):
         stall = next(m for m in document["metrics"] if m["key"] == "warp_stall_wait_pct")
         stall["ncu_names"] = ["smsp__warp_issue_stalled_wait_per_warp_active.pct"]
 
-    for change, words in ((duplicate_name, "is already a name of"), (duplicate_key, "is already the key of"),
-                          (unknown_group, "no group 'no_such_group'"), (unreachable_share, "never be taken")):
+    for change, words in (
+        (duplicate_name, "is already a name of"),
+        (duplicate_key, "is already the key of"),
+        (unknown_group, "no group 'no_such_group'"),
+        (unreachable_share, "never be taken"),
+    ):
         path = _broken_copy(tmp_path, change)
         with pytest.raises(ConfigError, match=words) as caught:
             load_registry(path)
@@ -225,7 +284,9 @@ def test_resolver_on_the_full_report(registry, full):
     assert (resolved["duration_ms"].value, resolved["duration_ms"].unit) == (pytest.approx(3.140224), "ms")
     assert resolved["registers_per_thread"].value == 32
     assert resolved["achieved_occupancy_pct"].value == pytest.approx(98.310516)
-    assert resolved["dram_throughput_pct"].ncu_name == "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"
+    assert (
+        resolved["dram_throughput_pct"].ncu_name == "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"
+    )
     # every metric of the registry is in a full-set report
     assert [key for key, item in resolved.items() if item.status == "unknown"] == []
 
@@ -240,7 +301,9 @@ def test_stall_shares_on_the_full_report(registry, full):
     long_scoreboard = resolved["warp_stall_long_scoreboard_pct"].value
     assert long_scoreboard == pytest.approx(100 * 21.572790 / 41.463435, rel=1e-12)
     assert round(long_scoreboard, 1) == 52.0
-    assert resolved["warp_stall_lg_throttle_pct"].value == pytest.approx(100 * 10.390012 / 41.463435, rel=1e-12)
+    assert resolved["warp_stall_lg_throttle_pct"].value == pytest.approx(
+        100 * 10.390012 / 41.463435, rel=1e-12
+    )
     assert resolved["warp_stall_barrier_pct"].value == 0.0  # measured zero, not unknown
     shares = [item.value for key, item in resolved.items() if key.startswith("warp_stall_")]
     assert 99.0 < sum(shares) < 101.0
@@ -250,16 +313,26 @@ def test_stall_shares_on_the_full_report(registry, full):
 
 def test_derived_memory_metrics_on_the_full_report(registry, full):
     resolved = resolve(registry, full.aggregate)
-    assert (resolved["dram_bytes"].status, resolved["dram_bytes"].value) == ("derived", pytest.approx(33_562_112 + 11_732_480))
+    assert (resolved["dram_bytes"].status, resolved["dram_bytes"].value) == (
+        "derived",
+        pytest.approx(33_562_112 + 11_732_480),
+    )
     assert resolved["dram_bytes"].ncu_name == "dram__bytes_read.sum + dram__bytes_write.sum"
     assert resolved["global_load_sectors_per_request"].value == pytest.approx(1_073_741_824 / 536_870_912)
-    assert resolved["global_load_efficiency_pct"].value == pytest.approx(100 * 18 / 32)  # ncu: "18.0 of the 32 bytes"
+    assert resolved["global_load_efficiency_pct"].value == pytest.approx(
+        100 * 18 / 32
+    )  # ncu: "18.0 of the 32 bytes"
 
 
 def test_resolver_on_the_basic_report(registry, basic):
     resolved = resolve(registry, basic.aggregate)
-    for key in ("sm_throughput_pct", "memory_throughput_pct", "duration_ms", "registers_per_thread",
-                "achieved_occupancy_pct"):
+    for key in (
+        "sm_throughput_pct",
+        "memory_throughput_pct",
+        "duration_ms",
+        "registers_per_thread",
+        "achieved_occupancy_pct",
+    ):
         assert resolved[key].status == "measured", key
     assert resolved["duration_ms"].value == pytest.approx(3.133312)  # printed "3,133,312" ns
     assert resolved["sm_frequency_hz"].value == pytest.approx(1_979_490_432.17)
@@ -287,13 +360,20 @@ def test_missing_metrics_are_unknown_never_zero(registry):
     assert values(resolved) == dict.fromkeys(registry.keys())
     # present as a column but empty
     empty = _profile(**{"sm__throughput.avg.pct_of_peak_sustained_elapsed": (None, "%")})
-    assert resolve(registry, empty)["sm_throughput_pct"] == Resolved("sm_throughput_pct", None, "%", None, "unknown")
+    assert resolve(registry, empty)["sm_throughput_pct"] == Resolved(
+        "sm_throughput_pct", None, "%", None, "unknown"
+    )
 
 
 def test_share_of_sums_the_family_when_there_is_no_total(registry):
     ratio = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
-    profile = _profile(**{ratio.format("long_scoreboard"): (6.0, "inst"), ratio.format("barrier"): (3.0, "inst"),
-                          ratio.format("selected"): (1.0, "inst")})
+    profile = _profile(
+        **{
+            ratio.format("long_scoreboard"): (6.0, "inst"),
+            ratio.format("barrier"): (3.0, "inst"),
+            ratio.format("selected"): (1.0, "inst"),
+        }
+    )
     resolved = resolve(registry, profile)
     assert resolved["warp_stall_long_scoreboard_pct"].value == pytest.approx(60.0)
     assert resolved["warp_stall_barrier_pct"].value == pytest.approx(30.0)
@@ -302,10 +382,14 @@ def test_share_of_sums_the_family_when_there_is_no_total(registry):
 
 def test_share_of_pc_sampling_excludes_not_issued(registry):
     pcsamp = "smsp__pcsamp_warps_issue_stalled_{}"
-    profile = _profile(**{pcsamp.format("long_scoreboard"): (300.0, "warp"),
-                          pcsamp.format("long_scoreboard_not_issued"): (900.0, "warp"),
-                          pcsamp.format("no_instructions"): (100.0, "inst"),
-                          pcsamp.format("selected"): (100.0, "warp")})
+    profile = _profile(
+        **{
+            pcsamp.format("long_scoreboard"): (300.0, "warp"),
+            pcsamp.format("long_scoreboard_not_issued"): (900.0, "warp"),
+            pcsamp.format("no_instructions"): (100.0, "inst"),
+            pcsamp.format("selected"): (100.0, "warp"),
+        }
+    )
     resolved = resolve(registry, profile)
     assert resolved["warp_stall_long_scoreboard_pct"].value == pytest.approx(60.0)
     assert resolved["warp_stall_no_instruction_pct"].value == pytest.approx(20.0)
@@ -315,41 +399,71 @@ def test_share_of_pc_sampling_excludes_not_issued(registry):
 def test_ready_made_stall_percentage_is_measured(registry):
     profile = _profile(**{"smsp__warp_issue_stalled_barrier_per_warp_active.pct": (12.5, "%")})
     item = resolve(registry, profile)["warp_stall_barrier_pct"]
-    assert (item.value, item.status, item.ncu_name) == (12.5, "measured", "smsp__warp_issue_stalled_barrier_per_warp_active.pct")
+    assert (item.value, item.status, item.ncu_name) == (
+        12.5,
+        "measured",
+        "smsp__warp_issue_stalled_barrier_per_warp_active.pct",
+    )
 
 
 def test_share_of_with_all_zero_stalls_is_unknown(registry):
     ratio = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
-    profile = _profile(**{ratio.format("long_scoreboard"): (0.0, "inst"), ratio.format("barrier"): (0.0, "inst")})
+    profile = _profile(
+        **{ratio.format("long_scoreboard"): (0.0, "inst"), ratio.format("barrier"): (0.0, "inst")}
+    )
     assert resolve(registry, profile)["warp_stall_long_scoreboard_pct"].status == "unknown"
 
 
 def test_aliases_and_derivations(registry):
     # an older name of dram throughput
-    item = resolve(registry, _profile(**{"dram__throughput.avg.pct_of_peak_sustained_elapsed": (41.0, "%")}))["dram_throughput_pct"]
-    assert (item.value, item.status, item.ncu_name) == (41.0, "measured", "dram__throughput.avg.pct_of_peak_sustained_elapsed")
+    item = resolve(registry, _profile(**{"dram__throughput.avg.pct_of_peak_sustained_elapsed": (41.0, "%")}))[
+        "dram_throughput_pct"
+    ]
+    assert (item.value, item.status, item.ncu_name) == (
+        41.0,
+        "measured",
+        "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    )
     # the first alias with a value wins
-    both = _profile(**{"gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": (None, "%"),
-                       "dram__throughput.avg.pct_of_peak_sustained_elapsed": (7.0, "%")})
+    both = _profile(
+        **{
+            "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": (None, "%"),
+            "dram__throughput.avg.pct_of_peak_sustained_elapsed": (7.0, "%"),
+        }
+    )
     assert resolve(registry, both)["dram_throughput_pct"].value == 7.0
     # a name in another unit is not this metric
     wrong_unit = _profile(**{"gpu__time_duration.sum": (5.0, "cycle")})
     assert resolve(registry, wrong_unit)["duration_ms"].status == "unknown"
     # a ready-made metric beats its derivation
-    ready = _profile(**{"dram__bytes.sum": (10.0, "byte"), "dram__bytes_read.sum": (1.0, "byte"),
-                        "dram__bytes_write.sum": (2.0, "byte")})
+    ready = _profile(
+        **{
+            "dram__bytes.sum": (10.0, "byte"),
+            "dram__bytes_read.sum": (1.0, "byte"),
+            "dram__bytes_write.sum": (2.0, "byte"),
+        }
+    )
     item = resolve(registry, ready)["dram_bytes"]
     assert (item.value, item.status) == (10.0, "measured")
     # a sum needs every term; a ratio a non-zero denominator
     partial = _profile(**{"dram__bytes_read.sum": (1.0, "byte")})
     assert resolve(registry, partial)["dram_bytes"].status == "unknown"
-    zero = _profile(**{"l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": (8.0, "sector"),
-                       "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum": (0.0, "")})
+    zero = _profile(
+        **{
+            "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": (8.0, "sector"),
+            "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum": (0.0, ""),
+        }
+    )
     assert resolve(registry, zero)["global_load_sectors_per_request"].status == "unknown"
 
 
 def test_resolve_metric_single_key(registry, full):
     spec = registry.get("l2_hit_rate_pct")
     item = resolve_metric(registry, spec, full.kernels[0].metrics)
-    assert (item.key, item.value, item.unit, item.status) == ("l2_hit_rate_pct", pytest.approx(98.70384), "%", "measured")
+    assert (item.key, item.value, item.unit, item.status) == (
+        "l2_hit_rate_pct",
+        pytest.approx(98.70384),
+        "%",
+        "measured",
+    )
     assert item.known

@@ -63,7 +63,12 @@ def test_full_raw_known_values(full):
     kernel = full.kernels[0]
     assert kernel.duration_ms == pytest.approx(3.140224, abs=1e-12)
     duration = kernel.metrics[DURATION]
-    assert (duration.value, duration.unit, duration.raw, duration.raw_unit) == (pytest.approx(3.140224), "ms", "3.140224", "ms")
+    assert (duration.value, duration.unit, duration.raw, duration.raw_unit) == (
+        pytest.approx(3.140224),
+        "ms",
+        "3.140224",
+        "ms",
+    )
     # printed as 65.540318 / 98.344936 (the fixture README rounds them to 65.54 / 98.34)
     assert kernel.metrics[SM].value == pytest.approx(65.540318, abs=1e-9)
     assert kernel.metrics[SM].unit == "%"
@@ -78,12 +83,20 @@ def test_full_raw_units_are_normalised(full):
     metrics = full.kernels[0].metrics
     # Kbyte/block -> byte/block; Mbyte -> byte; Tbyte/s -> byte/second; Ghz -> Hz; us -> ms; %/Kbyte -> %/byte
     assert (metrics["launch__shared_mem_per_block"].value, metrics["launch__shared_mem_per_block"].unit) == (
-        pytest.approx(1024.0), "byte/block")
+        pytest.approx(1024.0),
+        "byte/block",
+    )
     assert (metrics[DRAM_READ].value, metrics[DRAM_READ].unit) == (pytest.approx(33_562_112.0), "byte")
     read_rate = metrics["l1tex__m_xbar2l1tex_read_bytes.sum.per_second"]
-    assert (read_rate.value, read_rate.unit, read_rate.raw_unit) == (pytest.approx(1.324671e12), "byte/second", "Tbyte/s")
+    assert (read_rate.value, read_rate.unit, read_rate.raw_unit) == (
+        pytest.approx(1.324671e12),
+        "byte/second",
+        "Tbyte/s",
+    )
     assert (metrics["dram__bytes.sum.per_second"].value, metrics["dram__bytes.sum.per_second"].unit) == (
-        pytest.approx(14.424e9), "byte/second")
+        pytest.approx(14.424e9),
+        "byte/second",
+    )
     clock = metrics["dram__cycles_elapsed.avg.per_second"]
     assert (clock.value, clock.unit, clock.raw_unit) == (pytest.approx(3.199463e9), "Hz", "Ghz")
     assert metrics["lts__lts2xbar_cycles_active.avg.per_second"].value == pytest.approx(435.374342e6)  # Mhz
@@ -127,10 +140,15 @@ def test_full_raw_section_prefixed_columns(full):
 
 def test_bare_metric_name():
     assert bare_metric_name("FBSP.TriageCompute.dramc__throughput.avg.pct_of_peak_sustained_elapsed") == (
-        "dramc__throughput.avg.pct_of_peak_sustained_elapsed")
+        "dramc__throughput.avg.pct_of_peak_sustained_elapsed"
+    )
     assert bare_metric_name("sm__throughput.avg.pct_of_peak_sustained_elapsed") == (
-        "sm__throughput.avg.pct_of_peak_sustained_elapsed")
-    assert bare_metric_name("derived__lts__lts2xbar_bytes.sum.per_second") == "derived__lts__lts2xbar_bytes.sum.per_second"
+        "sm__throughput.avg.pct_of_peak_sustained_elapsed"
+    )
+    assert (
+        bare_metric_name("derived__lts__lts2xbar_bytes.sum.per_second")
+        == "derived__lts__lts2xbar_bytes.sum.per_second"
+    )
     assert bare_metric_name("inst_executed") == "inst_executed"
 
 
@@ -154,7 +172,11 @@ def test_basic_raw_thousands_separators_and_duration_in_ms(basic):
     assert (cycles.raw, cycles.value, cycles.unit) == ("6,202,361.12", pytest.approx(6202361.12), "cycle")
     clock = kernel.metrics["dram__cycles_elapsed.avg.per_second"]
     assert (clock.raw, clock.raw_unit, clock.value, clock.unit) == (
-        "3,199,456,677.15", "hz", pytest.approx(3_199_456_677.15), "Hz")
+        "3,199,456,677.15",
+        "hz",
+        pytest.approx(3_199_456_677.15),
+        "Hz",
+    )
     assert kernel.metrics[SM].value == pytest.approx(65.62)
     assert kernel.metrics[MEM].value == pytest.approx(98.47)
     assert kernel.metrics["device__attribute_confidential_computing_mode"].value is None
@@ -164,7 +186,11 @@ def test_basic_raw_thousands_separators_and_duration_in_ms(basic):
 def test_same_quantity_printed_in_different_units_reads_the_same(full, basic):
     """Kbyte is SI-decimal: 32.768 Kbyte (full report) == 32,768 byte (basic report)."""
     f, b = full.kernels[0].metrics, basic.kernels[0].metrics
-    for name in ("launch__shared_mem_config_size", "launch__shared_mem_per_block", "launch__persisting_l2_cache_size"):
+    for name in (
+        "launch__shared_mem_config_size",
+        "launch__shared_mem_per_block",
+        "launch__persisting_l2_cache_size",
+    ):
         assert f[name].raw_unit != b[name].raw_unit, name
         assert f[name].unit == b[name].unit, name
         assert f[name].value == pytest.approx(b[name].value), name
@@ -307,7 +333,9 @@ def test_noise_between_and_after_rows_is_skipped():
 
 def test_no_header_is_a_hardware_error():
     with pytest.raises(HardwareError, match="ncu report has no kernels") as caught:
-        parse_raw_csv("==PROF== Connected to process 1\n==ERROR== no kernels were profiled\n", source="run.log")
+        parse_raw_csv(
+            "==PROF== Connected to process 1\n==ERROR== no kernels were profiled\n", source="run.log"
+        )
     assert caught.value.exit_code == EXIT_HARDWARE == 3
     assert "run.log" in str(caught.value)
     with pytest.raises(HardwareError, match="ncu report has no kernels"):
@@ -347,8 +375,15 @@ def _three_kernel_report():
     rows = []
     for kernel_id, name, duration, sm, dram, hit, conflicts in THREE:
         copy = list(row)
-        for column, value in (("ID", kernel_id), ("Kernel Name", name), (DURATION, duration), (SM, sm),
-                              (DRAM_READ, dram), (L1_HIT, hit), (BANK_CONFLICTS, conflicts)):
+        for column, value in (
+            ("ID", kernel_id),
+            ("Kernel Name", name),
+            (DURATION, duration),
+            (SM, sm),
+            (DRAM_READ, dram),
+            (L1_HIT, hit),
+            (BANK_CONFLICTS, conflicts),
+        ):
             copy[header.index(column)] = value
         rows.append(copy)
     return parse_raw_csv(_csv(header, units, *rows), source="three kernels")

@@ -15,8 +15,12 @@ from kopt_core.roofline.gaps import LABEL_HEURISTIC, LABEL_ROOFLINE
 # the H200 figures of docs/measurement.md
 BW = 4.28e12
 FP32 = 50.9e12
-CEILINGS = Ceilings(device="NVIDIA H200", bandwidth_bytes_per_s=BW,
-                    flops_per_s={"float32": FP32, "float16": 769e12}, source="test")
+CEILINGS = Ceilings(
+    device="NVIDIA H200",
+    bandwidth_bytes_per_s=BW,
+    flops_per_s={"float32": FP32, "float16": 769e12},
+    source="test",
+)
 
 # naive SGEMM 2048^3, as timed in docs/measurement.md
 N = 2048
@@ -50,8 +54,15 @@ def test_cap_redistributes_to_other_known_axes():
 @pytest.mark.parametrize(
     "deltas",
     [
-        (1.0, 0.0, 0.0), (1.0, 1.0, 1.0), (0.9, 0.05, 0.0), (0.01, 0.99, 0.5), (0.3, 0.3, 0.0),
-        (0.2, None, 0.9), (0.5, 0.5, 0.5), (0.999, 0.001, 0.001), (1e-9, 1e-9, 1.0),
+        (1.0, 0.0, 0.0),
+        (1.0, 1.0, 1.0),
+        (0.9, 0.05, 0.0),
+        (0.01, 0.99, 0.5),
+        (0.3, 0.3, 0.0),
+        (0.2, None, 0.9),
+        (0.5, 0.5, 0.5),
+        (0.999, 0.001, 0.001),
+        (1e-9, 1e-9, 1.0),
     ],
 )
 def test_budget_total_and_cap(deltas):
@@ -105,8 +116,9 @@ def test_largest_remainder_not_plain_rounding():
 
 def test_naive_sgemm_worked_example():
     stalls = {"warp_stall_long_scoreboard_pct": 30.0, "warp_stall_mio_throttle_pct": 20.0}
-    r = compute_roofline(stalls, duration_ms=SGEMM_MS, workload=SGEMM, ceilings=CEILINGS,
-                         peak_dtype="float32")
+    r = compute_roofline(
+        stalls, duration_ms=SGEMM_MS, workload=SGEMM, ceilings=CEILINGS, peak_dtype="float32"
+    )
     seconds = SGEMM_MS / 1e3
     flops_rate = SGEMM["flops"] / seconds
     bytes_rate = SGEMM["bytes_min"] / seconds
@@ -139,8 +151,9 @@ def test_naive_sgemm_worked_example():
 
 def test_naive_sgemm_with_a_dominant_stall_is_latency_bound():
     stalls = {"warp_stall_long_scoreboard_pct": 62.0, "warp_stall_selected_pct": 90.0}
-    r = compute_roofline(stalls, duration_ms=SGEMM_MS, workload=SGEMM, ceilings=CEILINGS,
-                         peak_dtype="float32")
+    r = compute_roofline(
+        stalls, duration_ms=SGEMM_MS, workload=SGEMM, ceilings=CEILINGS, peak_dtype="float32"
+    )
     # both utilisations under 50% and the largest real stall share >= 50%: latency
     assert r.bound == "latency"
     # "selected" is the warp that issued, not a stall
@@ -163,8 +176,9 @@ def test_memory_bound_kernel():
 def test_below_floor_is_flagged_and_gaps_clamped():
     # twice as fast as the fp32 peak allows
     ms = SGEMM["flops"] / FP32 * 1e3 / 2
-    r = compute_roofline({"warp_stall_wait_pct": 5.0}, duration_ms=ms, workload=SGEMM, ceilings=CEILINGS,
-                         peak_dtype="float32")
+    r = compute_roofline(
+        {"warp_stall_wait_pct": 5.0}, duration_ms=ms, workload=SGEMM, ceilings=CEILINGS, peak_dtype="float32"
+    )
     assert r.below_floor
     assert r.compute_utilization == pytest.approx(2.0)
     assert r.delta_compute == 0.0
@@ -175,8 +189,9 @@ def test_below_floor_is_flagged_and_gaps_clamped():
 
 def test_within_tolerance_above_ceiling_is_clamped_not_flagged():
     ms = SGEMM["flops"] / FP32 * 1e3 / 1.01  # 1% over the ceiling: clamp, do not call it a cheat
-    r = compute_roofline({"warp_stall_wait_pct": 5.0}, duration_ms=ms, workload=SGEMM, ceilings=CEILINGS,
-                         peak_dtype="float32")
+    r = compute_roofline(
+        {"warp_stall_wait_pct": 5.0}, duration_ms=ms, workload=SGEMM, ceilings=CEILINGS, peak_dtype="float32"
+    )
     assert not r.below_floor
     assert r.delta_compute == 0.0
 
@@ -194,15 +209,21 @@ def test_peak_dtype_unknown_leaves_compute_gap_unknown():
 def test_workload_record_is_accepted():
     from kopt_core.records import Workload
 
-    r = compute_roofline({}, duration_ms=SGEMM_MS, workload=Workload(**SGEMM), ceilings=CEILINGS,
-                         peak_dtype="float32")
+    r = compute_roofline(
+        {}, duration_ms=SGEMM_MS, workload=Workload(**SGEMM), ceilings=CEILINGS, peak_dtype="float32"
+    )
     assert r.label == LABEL_ROOFLINE
 
 
 def test_no_arithmetic_means_no_compute_gap():
     n = 2**26
-    r = compute_roofline({"warp_stall_long_scoreboard_pct": 10.0}, duration_ms=8.0 * n / 4.2e12 * 1e3,
-                         workload={"flops": 0, "bytes_min": 8.0 * n}, ceilings=CEILINGS, peak_dtype="float32")
+    r = compute_roofline(
+        {"warp_stall_long_scoreboard_pct": 10.0},
+        duration_ms=8.0 * n / 4.2e12 * 1e3,
+        workload={"flops": 0, "bytes_min": 8.0 * n},
+        ceilings=CEILINGS,
+        peak_dtype="float32",
+    )
     assert r.delta_compute == 0.0
     assert r.bound == "memory"
     assert r.near_peak  # copy at 98% of bandwidth, compute nothing to do, small stall share
@@ -219,8 +240,12 @@ def _near_peak_roofline(metrics=NEAR, **kwargs):
     # needs all three gaps under 0.15, so memory has to be close to its roof too)
     flops = 2.0 * 8192**3
     ms = flops / (0.92 * 769e12) * 1e3
-    args = dict(duration_ms=ms, workload={"flops": flops, "bytes_min": 0.90 * BW * ms / 1e3},
-                ceilings=CEILINGS, peak_dtype="float16")
+    args = dict(
+        duration_ms=ms,
+        workload={"flops": flops, "bytes_min": 0.90 * BW * ms / 1e3},
+        ceilings=CEILINGS,
+        peak_dtype="float16",
+    )
     args.update(kwargs)
     return compute_roofline(metrics, **args)
 
@@ -259,10 +284,16 @@ def test_near_peak_needs_ceilings_and_duration():
 
 
 def test_heuristic_labels_and_gaps():
-    metrics = {"sm_throughput_pct": 65.5, "memory_throughput_pct": 30.0, "dram_throughput_pct": 20.0,
-               "warp_stall_barrier_pct": 25.0, "warp_stall_long_scoreboard_pct": None}
-    r = compute_roofline(metrics, duration_ms=1.0, workload=None, ceilings=DEFAULT_CEILINGS,
-                         peak_dtype="float32")
+    metrics = {
+        "sm_throughput_pct": 65.5,
+        "memory_throughput_pct": 30.0,
+        "dram_throughput_pct": 20.0,
+        "warp_stall_barrier_pct": 25.0,
+        "warp_stall_long_scoreboard_pct": None,
+    }
+    r = compute_roofline(
+        metrics, duration_ms=1.0, workload=None, ceilings=DEFAULT_CEILINGS, peak_dtype="float32"
+    )
     assert r.label == "bottleneck-gap heuristic"
     assert r.delta_compute == pytest.approx(0.345)
     assert r.delta_memory == pytest.approx(0.70)
@@ -285,8 +316,13 @@ def test_heuristic_latency_bound_and_unknown_bound():
     slow = {"sm_throughput_pct": 20.0, "memory_throughput_pct": 10.0, "warp_stall_wait_pct": 55.0}
     r = compute_roofline(slow, duration_ms=None, workload=None, ceilings=None, peak_dtype=None)
     assert r.bound == "latency"
-    r = compute_roofline({"warp_stall_wait_pct": 55.0, "sm_throughput_pct": math.nan},
-                         duration_ms=None, workload=None, ceilings=None, peak_dtype=None)
+    r = compute_roofline(
+        {"warp_stall_wait_pct": 55.0, "sm_throughput_pct": math.nan},
+        duration_ms=None,
+        workload=None,
+        ceilings=None,
+        peak_dtype=None,
+    )
     assert r.bound == "unknown"
     assert as_tuple(r.axis_budget) == (0, 0, 2)
     r = compute_roofline({}, duration_ms=None, workload=None, ceilings=None, peak_dtype=None)
@@ -295,8 +331,9 @@ def test_heuristic_latency_bound_and_unknown_bound():
 
 
 def test_workload_without_ceilings_is_labelled_heuristic_and_says_why():
-    r = compute_roofline({"sm_throughput_pct": 50.0}, duration_ms=SGEMM_MS, workload=SGEMM, ceilings=None,
-                         peak_dtype="float32")
+    r = compute_roofline(
+        {"sm_throughput_pct": 50.0}, duration_ms=SGEMM_MS, workload=SGEMM, ceilings=None, peak_dtype="float32"
+    )
     assert r.label == LABEL_HEURISTIC
     assert any("device ceilings" in reason for reason in r.reasons)
 
@@ -305,13 +342,21 @@ def test_workload_without_ceilings_is_labelled_heuristic_and_says_why():
 
 
 def test_roofline_round_trip_through_json(tmp_path):
-    r = compute_roofline({"warp_stall_long_scoreboard_pct": 30.0}, duration_ms=SGEMM_MS, workload=SGEMM,
-                         ceilings=DEFAULT_CEILINGS, peak_dtype="float32")
+    r = compute_roofline(
+        {"warp_stall_long_scoreboard_pct": 30.0},
+        duration_ms=SGEMM_MS,
+        workload=SGEMM,
+        ceilings=DEFAULT_CEILINGS,
+        peak_dtype="float32",
+    )
     path = write_json(tmp_path / "roofline.json", to_data(r))
     data = read_json(path)
     assert data["schema_version"] == 1
-    assert data["axis_budget"] == {"compute": r.axis_budget["compute"], "memory": r.axis_budget["memory"],
-                                   "latency": r.axis_budget["latency"]}
+    assert data["axis_budget"] == {
+        "compute": r.axis_budget["compute"],
+        "memory": r.axis_budget["memory"],
+        "latency": r.axis_budget["latency"],
+    }
     assert data["ceilings"]["schema_version"] == 1
     assert from_data(data, Roofline) == r
 
@@ -325,12 +370,21 @@ def test_memory_tolerance_allows_the_l2_write_back_of_a_small_working_set():
     # a 64M-element float32 add (805 MB moved) at 4.38 TB/s against a 4.28 TB/s ceiling: 2.3% over
     add = {"flops": 64 * 2**20, "bytes_min": 3 * 4 * 64 * 2**20}
     ms = add["bytes_min"] / 4.38e12 * 1e3
-    with_l2 = Ceilings(device="NVIDIA H200", bandwidth_bytes_per_s=BW, flops_per_s={"float32": FP32},
-                       l2_cache_bytes=50 * 2**20)
-    assert not compute_roofline({}, duration_ms=ms, workload=add, ceilings=with_l2, peak_dtype="float32").below_floor
-    assert compute_roofline({}, duration_ms=ms, workload=add, ceilings=CEILINGS, peak_dtype="float32").below_floor
+    with_l2 = Ceilings(
+        device="NVIDIA H200",
+        bandwidth_bytes_per_s=BW,
+        flops_per_s={"float32": FP32},
+        l2_cache_bytes=50 * 2**20,
+    )
+    assert not compute_roofline(
+        {}, duration_ms=ms, workload=add, ceilings=with_l2, peak_dtype="float32"
+    ).below_floor
+    assert compute_roofline(
+        {}, duration_ms=ms, workload=add, ceilings=CEILINGS, peak_dtype="float32"
+    ).below_floor
     # 64 GiB moved: the same L2 excuses almost nothing, so 2.3% over is flagged again
     big = {"flops": 0.0, "bytes_min": 64 * 2**30}
-    r = compute_roofline({}, duration_ms=big["bytes_min"] / 4.38e12 * 1e3, workload=big, ceilings=with_l2,
-                         peak_dtype="float32")
+    r = compute_roofline(
+        {}, duration_ms=big["bytes_min"] / 4.38e12 * 1e3, workload=big, ceilings=with_l2, peak_dtype="float32"
+    )
     assert r.below_floor and any("memory more than" in reason for reason in r.reasons)

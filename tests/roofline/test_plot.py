@@ -24,20 +24,27 @@ def _is_png(path):
 
 
 def test_roofline_png(tmp_path):
-    r = compute_roofline({"warp_stall_long_scoreboard_pct": 35.0}, duration_ms=3.140224, workload=SGEMM,
-                         ceilings=DEFAULT_CEILINGS, peak_dtype="float32")
+    r = compute_roofline(
+        {"warp_stall_long_scoreboard_pct": 35.0},
+        duration_ms=3.140224,
+        workload=SGEMM,
+        ceilings=DEFAULT_CEILINGS,
+        peak_dtype="float32",
+    )
     out = plot_roofline(r, tmp_path / "plots" / "roofline.png")
     assert out == tmp_path / "plots" / "roofline.png"
     assert _is_png(out)
 
 
 def test_below_floor_and_unknown_peak_png(tmp_path):
-    fast = compute_roofline({}, duration_ms=0.1, workload=SGEMM, ceilings=DEFAULT_CEILINGS,
-                            peak_dtype="float32")
+    fast = compute_roofline(
+        {}, duration_ms=0.1, workload=SGEMM, ceilings=DEFAULT_CEILINGS, peak_dtype="float32"
+    )
     assert fast.below_floor
     assert _is_png(plot_roofline(fast, tmp_path / "fast.png"))
-    no_peak = compute_roofline({}, duration_ms=3.0, workload=SGEMM, ceilings=DEFAULT_CEILINGS,
-                               peak_dtype=None)
+    no_peak = compute_roofline(
+        {}, duration_ms=3.0, workload=SGEMM, ceilings=DEFAULT_CEILINGS, peak_dtype=None
+    )
     assert _is_png(plot_roofline(no_peak, tmp_path / "no_peak.png"))
 
 
@@ -48,8 +55,13 @@ def test_heuristic_png(tmp_path):
 
 
 def test_copy_kernel_without_flops_draws_gaps(tmp_path):
-    r = compute_roofline({}, duration_ms=0.05, workload={"flops": 0, "bytes_min": 2e8},
-                         ceilings=DEFAULT_CEILINGS, peak_dtype="float32")
+    r = compute_roofline(
+        {},
+        duration_ms=0.05,
+        workload={"flops": 0, "bytes_min": 2e8},
+        ceilings=DEFAULT_CEILINGS,
+        peak_dtype="float32",
+    )
     assert _is_png(plot_roofline(r, tmp_path / "copy.png"))
 
 

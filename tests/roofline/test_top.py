@@ -10,25 +10,47 @@ from kopt_core.roofline import NcuTop, build_ncu_top, metric_values, top_metrics
 
 
 def row(key, value, axis, bad_when="high", unit="%", status="measured", ncu_name=None):
-    return {"key": key, "value": value, "unit": unit, "axis": axis, "bad_when": bad_when,
-            "ncu_name": ncu_name if ncu_name is not None else f"{key}.ncu", "status": status}
+    return {
+        "key": key,
+        "value": value,
+        "unit": unit,
+        "axis": axis,
+        "bad_when": bad_when,
+        "ncu_name": ncu_name if ncu_name is not None else f"{key}.ncu",
+        "status": status,
+    }
 
 
 ROWS = [
-    row("sm_throughput_pct", 65.5, "compute", "low",
-        ncu_name="sm__throughput.avg.pct_of_peak_sustained_elapsed"),
+    row(
+        "sm_throughput_pct",
+        65.5,
+        "compute",
+        "low",
+        ncu_name="sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    ),
     row("tensor_pipe_utilization_pct", 10.0, "compute", "low"),
     row("issue_slot_busy_pct", 80.0, "compute", "low"),
     row("registers_per_thread", 128.0, "compute", "neither", unit="register"),
-    row("fp64_pipe_utilization_pct", 0.0, "compute", "low",
-        ncu_name="sm__pipe_fp64_cycles_active.avg.pct_of_peak_sustained_elapsed"),
+    row(
+        "fp64_pipe_utilization_pct",
+        0.0,
+        "compute",
+        "low",
+        ncu_name="sm__pipe_fp64_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    ),
     row("achieved_occupancy_pct", None, "compute", "low", status="unknown"),
     row("dram_throughput_pct", 20.0, "memory", "low"),
     row("l1_hit_rate_pct", 30.0, "memory", "low"),
     row("bank_conflicts", 1.2e6, "memory", "high", unit=""),
     row("dram_bytes", 5e7, "memory", "neither", unit="byte"),
-    row("warp_stall_long_scoreboard_pct", 42.0, "latency", "high",
-        ncu_name="smsp__pcsamp_warps_issue_stalled_long_scoreboard"),
+    row(
+        "warp_stall_long_scoreboard_pct",
+        42.0,
+        "latency",
+        "high",
+        ncu_name="smsp__pcsamp_warps_issue_stalled_long_scoreboard",
+    ),
     row("warp_stall_barrier_pct", 42.0, "latency", "high"),
     row("warp_stall_wait_pct", 5.0, "latency", "high"),
     row("warp_stall_mio_throttle_pct", float("nan"), "latency", "high", status="derived"),
@@ -46,16 +68,24 @@ def test_ranking_by_badness_then_non_percent():
     assert set(top) == {"compute", "memory", "latency"}  # the info axis is left out
     # badness: tensor 0.90 (low is bad), sm 0.655 (a utilisation: the busier the unit, the more it bounds
     # the kernel), issue 0.20; the idle fp64 pipe after the active ones; registers is not a percentage: last
-    assert keys(top["compute"]) == ["tensor_pipe_utilization_pct", "sm_throughput_pct", "issue_slot_busy_pct",
-                                    "fp64_pipe_utilization_pct", "registers_per_thread"]
+    assert keys(top["compute"]) == [
+        "tensor_pipe_utilization_pct",
+        "sm_throughput_pct",
+        "issue_slot_busy_pct",
+        "fp64_pipe_utilization_pct",
+        "registers_per_thread",
+    ]
     assert [m.badness for m in top["compute"][:4]] == pytest.approx([0.9, 0.655, 0.2, 0.0])
     assert "65.5% of peak: 34.5% headroom" in top["compute"][1].evidence
     assert top["compute"][4].badness is None
     # dram 0.80, l1 0.70; non-% rows by key
     assert keys(top["memory"]) == ["dram_throughput_pct", "l1_hit_rate_pct", "bank_conflicts", "dram_bytes"]
     # equal badness ties by key
-    assert keys(top["latency"]) == ["warp_stall_barrier_pct", "warp_stall_long_scoreboard_pct",
-                                    "warp_stall_wait_pct"]
+    assert keys(top["latency"]) == [
+        "warp_stall_barrier_pct",
+        "warp_stall_long_scoreboard_pct",
+        "warp_stall_wait_pct",
+    ]
 
 
 def test_top_n_per_axis():
@@ -95,8 +125,14 @@ def test_metric_values_for_compute_roofline():
 
 
 def test_ncu_top_round_trip(tmp_path):
-    top = build_ncu_top(ROWS, ncu_num=3, bundle="full", bundle_reason="kernel time 3.1 ms < 10 ms",
-                        duration_ms=3.14, kernels=1)
+    top = build_ncu_top(
+        ROWS,
+        ncu_num=3,
+        bundle="full",
+        bundle_reason="kernel time 3.1 ms < 10 ms",
+        duration_ms=3.14,
+        kernels=1,
+    )
     assert top.unknown == ("achieved_occupancy_pct", "warp_stall_mio_throttle_pct")
     path = write_json(tmp_path / "ncu_top.json", to_data(top))
     data = read_json(path)

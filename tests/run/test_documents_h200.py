@@ -31,8 +31,11 @@ from kopt_core.run.summary import render_summary
 H200 = Path(__file__).resolve().parents[1] / "fixtures" / "h200"
 RUN = H200 / "sgemm_naive_run"
 RUN_DIR_THERE = "/tmp/w/sg/run_20261130_145838"  # where the run lived on the H200
-PROFILES = [RUN / "baseline" / "profile.json", RUN / "iterv1" / "profile.json",
-            *sorted((H200 / "runs").glob("*/profile.json"))]
+PROFILES = [
+    RUN / "baseline" / "profile.json",
+    RUN / "iterv1" / "profile.json",
+    *sorted((H200 / "runs").glob("*/profile.json")),
+]
 
 
 @pytest.fixture
@@ -49,10 +52,22 @@ def test_env_json_v1_reads_into_the_env_record():
     env = read_env(RUN / "env.json")
     assert read_json(RUN / "env.json")["schema_version"] == 1 and env.schema_version == ENV_SCHEMA_VERSION
     assert env.backend == "cuda" and env.generation_allowed and env.can_read_counters and env.attempts == 1
-    assert env.gpu == EnvGpu(name="NVIDIA H200", capability="9.0", driver="580.159.04", memory_mib=143771,
-                             index=0, count=1, sm_count=132, memory_bytes=150109880320,
-                             free_memory_bytes=149437939712, device_index=0, device_count=1, torch="2.11.0+cu130",
-                             torch_cuda="13.0", source="cuda context and nvidia-smi")
+    assert env.gpu == EnvGpu(
+        name="NVIDIA H200",
+        capability="9.0",
+        driver="580.159.04",
+        memory_mib=143771,
+        index=0,
+        count=1,
+        sm_count=132,
+        memory_bytes=150109880320,
+        free_memory_bytes=149437939712,
+        device_index=0,
+        device_count=1,
+        torch="2.11.0+cu130",
+        torch_cuda="13.0",
+        source="cuda context and nvidia-smi",
+    )
     nvcc = {"nvcc": "/usr/local/cuda/bin/nvcc", "nvcc_version": "13.0.88"}
     assert env.backend_probe == ProbeResult(backend="cuda", available=True, details=nvcc)
     assert env.ceilings.bandwidth_bytes_per_s == 4307188253679.181
@@ -81,11 +96,19 @@ def test_state_json_v5_reads_into_the_state_record(run):
     assert ceilings_of(state) == state.env.ceilings
     assert state.roofline_history == tuple(
         RooflineHistoryEntry.of(i, from_data(read_json(folder / "roofline.json"), Roofline))
-        for i, folder in enumerate((run / "baseline", run / "iterv1")))
+        for i, folder in enumerate((run / "baseline", run / "iterv1"))
+    )
     assert state.roofline_history[1] == RooflineHistoryEntry(
-        iteration=1, bound="memory", near_peak=False, delta_compute=0.893222184824218,
-        delta_memory=0.9962907131425216, delta_latency=0.6780599466301428,
-        axis_budget={"compute": 1, "memory": 1, "latency": 1}, label="roofline", duration_ms=3.150336)
+        iteration=1,
+        bound="memory",
+        near_peak=False,
+        delta_compute=0.893222184824218,
+        delta_memory=0.9962907131425216,
+        delta_latency=0.6780599466301428,
+        axis_budget={"compute": 1, "memory": 1, "latency": 1},
+        label="roofline",
+        duration_ms=3.150336,
+    )
 
 
 def test_a_v5_state_saves_as_the_current_version_and_reads_back_the_same(run):
@@ -121,8 +144,9 @@ def test_the_h200_profiles_hold_the_values_they_measured():
     baseline = read_profile_summary(RUN / "baseline" / "profile.json")
     assert baseline.ncu_duration_ms == 3.14576 and baseline.sass == SassFile(file="baseline.sass")
     name = "sgemm_naive_kernel(const float *, const float *, float *, int, int, int)"
-    assert baseline.kernels == (ProfiledKernel(id=0, name=name, duration_ms=3.14576, grid="(128, 128, 1)",
-                                               block="(16, 16, 1)"),)
+    assert baseline.kernels == (
+        ProfiledKernel(id=0, name=name, duration_ms=3.14576, grid="(128, 128, 1)", block="(16, 16, 1)"),
+    )
     assert (baseline.backend, baseline.dims) == ("cuda", {"M": 2048, "N": 2048, "K": 2048})
     assert baseline.attempts[0].bundle == "full" and baseline.attempts[0].returncode == 0
 
@@ -131,9 +155,11 @@ def test_bench_json_reads_into_the_bench_result():
     bench = read_bench_result(RUN / "baseline" / "bench.json")
     assert bench.status == "ok" and bench.correctness_pass and bench.timing_valid
     assert bench.kernel_timing.median_ms == 3.153183937072754
-    assert [(b.name, b.dtype, b.role) for b in bench.buffers] == [("A", "float32", "input"),
-                                                                  ("B", "float32", "input"),
-                                                                  ("C", "float32", "output")]
+    assert [(b.name, b.dtype, b.role) for b in bench.buffers] == [
+        ("A", "float32", "input"),
+        ("B", "float32", "input"),
+        ("C", "float32", "output"),
+    ]
 
 
 def test_the_h200_run_goes_on(run, make_pm):
@@ -141,7 +167,11 @@ def test_the_h200_run_goes_on(run, make_pm):
     assert open_iteration(pm, store, 1) == run / "iterv1"  # opened already: nothing to do
     methods = json.loads(select_in_run(pm, store, 1).read_text())
     assert (methods["iteration"], methods["arch"], methods["backend"], methods["bound"]) == (
-        1, "sm_90a", "cuda", "memory")
+        1,
+        "sm_90a",
+        "cuda",
+        "memory",
+    )
     assert methods["kernel_tags"]["shared_memory_staging"] is False  # read off the SASS profile.json names
     analysis = (run / "iterv1" / "analysis.md").read_text()
     assert f"kernel traits read from {run / 'iterv1' / 'best_input.sass'}" in analysis

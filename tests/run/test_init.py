@@ -42,15 +42,23 @@ def runs(folder: Path) -> list[Path]:
 
 
 def init(pm, work, **overrides):
-    kwargs = dict(baseline=work / "saxpy.py", ref=work / "saxpy_ref.py", dims={"N": 1024},
-                  env_path=work / "env.json")
+    kwargs = dict(
+        baseline=work / "saxpy.py", ref=work / "saxpy_ref.py", dims={"N": 1024}, env_path=work / "env.json"
+    )
     kwargs.update(overrides)
     return init_run(pm, **kwargs)
 
 
 def test_init_creates_only_baseline_env_and_state(pm, work):
-    store = init(pm, work, iterations=2, branches=3, compile_jobs=2, numerics_mode="strict",
-                 now=datetime(2025, 6, 1, 12, 0, 0))
+    store = init(
+        pm,
+        work,
+        iterations=2,
+        branches=3,
+        compile_jobs=2,
+        numerics_mode="strict",
+        now=datetime(2025, 6, 1, 12, 0, 0),
+    )
     assert runs(work) == [store.run_dir] and store.run_dir.name == "run_20250601_120000"
     assert sorted(p.name for p in store.run_dir.iterdir()) == ["baseline", "env.json", "state.json"]
     assert [p.name for p in (store.run_dir / "baseline").iterdir()] == ["saxpy.py"]
@@ -72,7 +80,11 @@ def test_init_creates_only_baseline_env_and_state(pm, work):
     assert state.run_status == "initialized" and state.best_metric_ms is None
     assert state.generation_allowed is True and state.hardware_attempts == 2
     assert (state.verified_iterations, state.last_verified_iter, state.stop_reason, state.stop_stage) == (
-        0, None, None, None)
+        0,
+        None,
+        None,
+        None,
+    )
     assert state.env == read_env(work / "env.json") and state.history == ()
     assert not list(store.run_dir.glob("iterv*"))
 
@@ -83,19 +95,22 @@ def test_same_second_gets_a_suffix(pm, work):
     assert (first.run_dir.name, second.run_dir.name) == ("run_20250601_120000", "run_20250601_120000_2")
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"dims": {}}, "N"),  # the kernel takes N: a missing dim
-    ({"dims": {"N": 1024, "Q": 3}}, "Q"),  # a dim nothing takes
-    ({"env_path": "missing/env.json"}, "kopt gate --out env.json"),
-    ({"ref": "nope_ref.py"}, "does not exist"),
-    ({"iterations": 0}, "iterations"),
-    ({"branches": -1}, "branches"),
-    ({"ncu_num": 0}, "ncu_num"),
-    ({"numerics_mode": "fast"}, "numerics-mode"),
-    ({"compile_jobs": "0"}, "compile-jobs"),
-    ({"compile_jobs": "many"}, "compile-jobs"),
-    ({"backend": "nosuch"}, "unknown backend"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"dims": {}}, "N"),  # the kernel takes N: a missing dim
+        ({"dims": {"N": 1024, "Q": 3}}, "Q"),  # a dim nothing takes
+        ({"env_path": "missing/env.json"}, "kopt gate --out env.json"),
+        ({"ref": "nope_ref.py"}, "does not exist"),
+        ({"iterations": 0}, "iterations"),
+        ({"branches": -1}, "branches"),
+        ({"ncu_num": 0}, "ncu_num"),
+        ({"numerics_mode": "fast"}, "numerics-mode"),
+        ({"compile_jobs": "0"}, "compile-jobs"),
+        ({"compile_jobs": "many"}, "compile-jobs"),
+        ({"backend": "nosuch"}, "unknown backend"),
+    ],
+)
 def test_config_errors_leave_no_folder(pm, work, overrides, message):
     if "ref" in overrides:
         overrides = {**overrides, "ref": work / overrides["ref"]}
@@ -145,8 +160,21 @@ def test_cli_init_and_status(pm, work, monkeypatch):
     import kopt_core.cli
 
     monkeypatch.setattr(kopt_core.cli, "_plugin_manager", lambda: pm)
-    code = cli.main(["init", "--baseline", str(work / "saxpy.py"), "--ref", str(work / "saxpy_ref.py"),
-                     "--env", str(work / "env.json"), "--N=4096", "--iterations", "2"], standalone_mode=False)
+    code = cli.main(
+        [
+            "init",
+            "--baseline",
+            str(work / "saxpy.py"),
+            "--ref",
+            str(work / "saxpy_ref.py"),
+            "--env",
+            str(work / "env.json"),
+            "--N=4096",
+            "--iterations",
+            "2",
+        ],
+        standalone_mode=False,
+    )
     assert code == 0
     (run_dir,) = runs(work)
     assert RunStore(run_dir).load().dims == {"N": 4096}
@@ -156,7 +184,9 @@ def test_cli_init_and_status(pm, work, monkeypatch):
 
 
 def test_cli_usage_errors_are_exit_4(work):
-    code = cli.main(["init", "--baseline", str(work / "saxpy.py"), "--ref", str(work / "saxpy_ref.py"),
-                     "--N=4096"], standalone_mode=False)  # no --env
+    code = cli.main(
+        ["init", "--baseline", str(work / "saxpy.py"), "--ref", str(work / "saxpy_ref.py"), "--N=4096"],
+        standalone_mode=False,
+    )  # no --env
     assert code == EXIT_CONFIG and code != EXIT_INVALID_KERNEL
     assert runs(work) == []

@@ -37,8 +37,13 @@ def make_run(pm, tmp_path, kernel="saxpy.py", allowed=True):
     shutil.copy(KERNELS / kernel, tmp_path / kernel)
     shutil.copy(KERNELS / "saxpy_ref.py", tmp_path / "saxpy_ref.py")
     write_json(tmp_path / "env.json", to_data(Env(backend="pytorch", generation_allowed=allowed)))
-    return init_run(pm, baseline=tmp_path / kernel, ref=tmp_path / "saxpy_ref.py", dims={"N": 4096},
-                    env_path=tmp_path / "env.json")
+    return init_run(
+        pm,
+        baseline=tmp_path / kernel,
+        ref=tmp_path / "saxpy_ref.py",
+        dims={"N": 4096},
+        env_path=tmp_path / "env.json",
+    )
 
 
 def assert_stopped(store, stage: str, exit_code: int) -> dict:
@@ -95,11 +100,21 @@ def test_an_iteration_cannot_open_before_the_baseline_is_seeded(pm, tmp_path):
 def test_cli_seed_exit_code_and_status(tmp_path, pm):
     store = make_run(pm, tmp_path, kernel="saxpy_wrong.py")
     env = dict(os.environ, KOPT_PLUGINS="pytorch")
-    done = subprocess.run([sys.executable, "-m", "kopt_core.cli", "seed", "--state", str(store.state_path)],
-                          capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "kopt_core.cli", "seed", "--state", str(store.state_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert done.returncode == 2, done.stderr
-    status = subprocess.run([sys.executable, "-m", "kopt_core.cli", "status", str(store.run_dir), "--json"],
-                            capture_output=True, text=True, timeout=60, env=env)
+    status = subprocess.run(
+        [sys.executable, "-m", "kopt_core.cli", "status", str(store.run_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     info = json.loads(status.stdout)
     assert info["run_status"] == "stopped" and info["stop"]["exit_code"] == 2
 

@@ -31,19 +31,35 @@ from kopt_core.run.store import V5_FIELDS, RunLocked, RunStore
 
 
 def make_state(run_dir: Path, **changes) -> State:
-    state = State(run_dir=str(run_dir), baseline_file=str(run_dir / "baseline" / "k.cu"), ref_file="/x/ref.py",
-                  best_file=str(run_dir / "baseline" / "k.cu"), dims={"M": 64, "N": 32}, backend="cuda",
-                  env=Env(backend="cuda", generation_allowed=True), generation_allowed=True)
+    state = State(
+        run_dir=str(run_dir),
+        baseline_file=str(run_dir / "baseline" / "k.cu"),
+        ref_file="/x/ref.py",
+        best_file=str(run_dir / "baseline" / "k.cu"),
+        dims={"M": 64, "N": 32},
+        backend="cuda",
+        env=Env(backend="cuda", generation_allowed=True),
+        generation_allowed=True,
+    )
     return attrs.evolve(state, **changes)
 
 
 def test_state_round_trip(tmp_path):
     store = RunStore(tmp_path)
-    state = make_state(tmp_path, best_metric_ms=1.25, selected_methods=("a", "b"), run_status="running",
-                       history=(HistoryEntry(iteration=1, kernel="iterv1/kernel.cu", best_ms=1.25, methods=("a",),
-                                             verified=True, note="n"),),
-                       roofline_history=(RooflineHistoryEntry(iteration=0, bound="memory", delta_compute=0.5),),
-                       verified_iterations=1, last_verified_iter=1)
+    state = make_state(
+        tmp_path,
+        best_metric_ms=1.25,
+        selected_methods=("a", "b"),
+        run_status="running",
+        history=(
+            HistoryEntry(
+                iteration=1, kernel="iterv1/kernel.cu", best_ms=1.25, methods=("a",), verified=True, note="n"
+            ),
+        ),
+        roofline_history=(RooflineHistoryEntry(iteration=0, bound="memory", delta_compute=0.5),),
+        verified_iterations=1,
+        last_verified_iter=1,
+    )
     store.save(state)
     data = json.loads((tmp_path / "state.json").read_text())
     assert data["schema_version"] == STATE_SCHEMA_VERSION
@@ -79,10 +95,20 @@ def seed_v4_document(run_dir: Path) -> dict:
         "implementation_failed_methods": [],
         "dims": {"M": 4096, "N": 4096, "K": 4096},
         "history": [
-            {"iteration": 1, "kernel": "iterv1/kernel.cu", "best_ms": 1.2, "methods": ["smem_tiling"],
-             "verified": True},
-            {"iteration": 2, "kernel": "iterv2/kernel.cu", "best_ms": 0.91, "methods": ["vectorized_loads"],
-             "verified": False},
+            {
+                "iteration": 1,
+                "kernel": "iterv1/kernel.cu",
+                "best_ms": 1.2,
+                "methods": ["smem_tiling"],
+                "verified": True,
+            },
+            {
+                "iteration": 2,
+                "kernel": "iterv2/kernel.cu",
+                "best_ms": 0.91,
+                "methods": ["vectorized_loads"],
+                "verified": False,
+            },
         ],
         "roofline_history": [{"delta_compute": 0.85}, {"delta_compute": 0.6}],
         "frontier": [],
@@ -142,15 +168,22 @@ def test_newer_or_broken_state_is_a_config_error(tmp_path):
 
 
 def _child(code: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_save_survives_sigkill_mid_write(tmp_path):
     store = RunStore(tmp_path)
     # a big state, so that a kill lands inside a write often
-    store.save(make_state(tmp_path, frontier=tuple({"branch": i, "ms": i * 0.5, "pad": "x" * 200}
-                                                    for i in range(300))))
+    store.save(
+        make_state(
+            tmp_path, frontier=tuple({"branch": i, "ms": i * 0.5, "pad": "x" * 200} for i in range(300))
+        )
+    )
     child = _child(f"""
         from kopt_core.run.store import RunStore
         store = RunStore({str(tmp_path)!r})
@@ -227,18 +260,30 @@ def test_write_stop(tmp_path):
     store.save(make_state(tmp_path, run_status="seeded", best_metric_ms=2.0))
     stop = store.write_stop("iter_open", "ncu parsed no metrics", EXIT_HARDWARE, iteration=1)
     data = json.loads((tmp_path / "stop.json").read_text())
-    assert data["stage"] == "iter_open" and data["exit_code"] == 3 and data["iteration"] == 1 and data["created_at"]
+    assert (
+        data["stage"] == "iter_open"
+        and data["exit_code"] == 3
+        and data["iteration"] == 1
+        and data["created_at"]
+    )
     assert store.load_stop() == stop
     state = store.load()
-    assert (state.run_status, state.stop_stage, state.stop_reason) == ("stopped", "iter_open",
-                                                                      "ncu parsed no metrics")
+    assert (state.run_status, state.stop_stage, state.stop_reason) == (
+        "stopped",
+        "iter_open",
+        "ncu parsed no metrics",
+    )
     summary = (tmp_path / "summary.md").read_text()
     body = [line for line in summary.splitlines() if line.startswith("## ")]
     assert body[0] == "## Stopped"
     assert "- stage: iter_open" in summary and "- reason: ncu parsed no metrics" in summary
     assert "- exit code: 3" in summary
     info = run_status(tmp_path)
-    assert info["run_status"] == "stopped" and info["stop"]["exit_code"] == 3 and info["stop_stage"] == "iter_open"
+    assert (
+        info["run_status"] == "stopped"
+        and info["stop"]["exit_code"] == 3
+        and info["stop_stage"] == "iter_open"
+    )
     assert info["iteration_dirs"] == [] and not info["locked"]
 
 
@@ -249,8 +294,11 @@ def test_layout(tmp_path):
     baseline.write_text("")
     now = datetime(2025, 1, 2, 3, 4, 5)
     first, second, third = (new_run_dir(baseline, now=now) for _ in range(3))
-    assert [p.name for p in (first, second, third)] == ["run_20250102_030405", "run_20250102_030405_2",
-                                                        "run_20250102_030405_3"]
+    assert [p.name for p in (first, second, third)] == [
+        "run_20250102_030405",
+        "run_20250102_030405_2",
+        "run_20250102_030405_3",
+    ]
     staging = staging_dir(first, 1)
     assert staging.name == ".staging_iterv1" and iteration_dir(first, 1).name == "iterv1"
     staging.mkdir()

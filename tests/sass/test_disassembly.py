@@ -32,8 +32,14 @@ extern "C" void solve(const float* x, float* y, int N) { staged<<<N / 256, 256>>
 
 def write_profile(folder: Path, sass: SassFile) -> None:
     """A profile.json that kept ``sass``."""
-    summary = ProfileSummary(report=str(folder / "best_input.ncu-rep"), bundle="full", bundle_reason="test",
-                             kernels=(), ncu_duration_ms=None, sass=sass)
+    summary = ProfileSummary(
+        report=str(folder / "best_input.ncu-rep"),
+        bundle="full",
+        bundle_reason="test",
+        kernels=(),
+        ncu_duration_ms=None,
+        sass=sass,
+    )
     write_json(folder / "profile.json", to_data(summary))
 
 
@@ -50,10 +56,15 @@ def test_a_cuda_library_is_kept_as_sass_and_read_for_traits(tmp_path, make_pm, m
     source.write_text(STAGED)
     library = tmp_path / "kernel.so"
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", "-arch=sm_90a", "-o", str(library), str(source)],
-                   check=True, capture_output=True, timeout=300)
-    artifact = Artifact(backend="cuda", source=str(source), path=str(library), launcher="kopt_cuda.launch:load",
-                        arch="sm_90a")
+    subprocess.run(
+        [nvcc, "-shared", "-Xcompiler", "-fPIC", "-arch=sm_90a", "-o", str(library), str(source)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    artifact = Artifact(
+        backend="cuda", source=str(source), path=str(library), launcher="kopt_cuda.launch:load", arch="sm_90a"
+    )
     info = keep_disassembly(make_pm(kopt_cuda.plugin), artifact, tmp_path / "best_input.sass")
     assert info == SassFile(file="best_input.sass")
     write_profile(tmp_path, info)
@@ -64,8 +75,13 @@ def test_a_cuda_library_is_kept_as_sass_and_read_for_traits(tmp_path, make_pm, m
 
 
 def test_a_triton_artifact_that_never_ran_has_no_sass_and_says_why(tmp_path, make_pm):
-    artifact = Artifact(backend="triton", source=str(tmp_path / "kernel.py"), path=str(tmp_path / "kernel.py"),
-                        launcher="kopt_triton.launch:load", arch="sm_90a")
+    artifact = Artifact(
+        backend="triton",
+        source=str(tmp_path / "kernel.py"),
+        path=str(tmp_path / "kernel.py"),
+        launcher="kopt_triton.launch:load",
+        arch="sm_90a",
+    )
     info = keep_disassembly(make_pm(kopt_triton.plugin), artifact, tmp_path / "kernel.sass")
     assert info.file is None and "no cubin" in info.error
     assert not (tmp_path / "kernel.sass").exists()

@@ -19,24 +19,46 @@ def kopt(*args, plugins: str = "", path: str | None = None) -> subprocess.Comple
     env = dict(os.environ, KOPT_PLUGINS=plugins)
     if path is not None:
         env["PATH"] = path
-    return subprocess.run([sys.executable, "-m", "kopt_core.cli", "sass", *map(str, args), "--json"],
-                          capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "kopt_core.cli", "sass", *map(str, args), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 def statuses(proc) -> dict:
     return {v["method"]: v["status"] for v in json.loads(proc.stdout)}
 
 
-@pytest.mark.parametrize("fixture, expected", [
-    ("triton_matmul_sm90.sass.txt", {"compute.tensor_core": "pass", "compute.wgmma": "pass",
-                                     "memory.cp_async": "pass"}),
-    ("cutlass_tc_sm80tc_on_sm90.sass.txt", {"compute.tensor_core": "pass", "compute.wgmma": "fail",
-                                            "memory.cp_async": "pass"}),
-    ("naive.sass.txt", {"compute.tensor_core": "fail", "compute.wgmma": "fail", "memory.cp_async": "fail"}),
-])
+@pytest.mark.parametrize(
+    "fixture, expected",
+    [
+        (
+            "triton_matmul_sm90.sass.txt",
+            {"compute.tensor_core": "pass", "compute.wgmma": "pass", "memory.cp_async": "pass"},
+        ),
+        (
+            "cutlass_tc_sm80tc_on_sm90.sass.txt",
+            {"compute.tensor_core": "pass", "compute.wgmma": "fail", "memory.cp_async": "pass"},
+        ),
+        (
+            "naive.sass.txt",
+            {"compute.tensor_core": "fail", "compute.wgmma": "fail", "memory.cp_async": "fail"},
+        ),
+    ],
+)
 def test_listings(fixture, expected):
-    proc = kopt(FIXTURES / fixture, "--method", "compute.tensor_core", "--method", "compute.wgmma",
-                "--method", "memory.cp_async")
+    proc = kopt(
+        FIXTURES / fixture,
+        "--method",
+        "compute.tensor_core",
+        "--method",
+        "compute.wgmma",
+        "--method",
+        "memory.cp_async",
+    )
     assert proc.returncode == 0, proc.stderr
     assert statuses(proc) == expected
 
@@ -49,19 +71,34 @@ def test_unknown_method_is_exit_4():
 @pytest.mark.nvcc
 def test_a_built_library_without_any_cuobjdump_is_a_tool_error_never_a_pass(tmp_path):
     source = tmp_path / "k.cu"
-    source.write_text('__global__ void k(float* y) { y[threadIdx.x] = 1.0f; }\n'
-                      'extern "C" void solve(float* y, int N) { k<<<1, 32>>>(y); }\n')
+    source.write_text(
+        "__global__ void k(float* y) { y[threadIdx.x] = 1.0f; }\n"
+        'extern "C" void solve(float* y, int N) { k<<<1, 32>>>(y); }\n'
+    )
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     library = tmp_path / "k.so"
-    subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", "-arch=sm_90a", "-o", str(library), str(source)],
-                   check=True, capture_output=True, timeout=300)
-    bare_path = str(Path(sys.executable).parent)  # python only: no toolkit cuobjdump, and no plugin offers one
+    subprocess.run(
+        [nvcc, "-shared", "-Xcompiler", "-fPIC", "-arch=sm_90a", "-o", str(library), str(source)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    bare_path = str(
+        Path(sys.executable).parent
+    )  # python only: no toolkit cuobjdump, and no plugin offers one
     proc = kopt(library, "--method", "compute.tensor_core", path=bare_path)
     assert proc.returncode == 3 and statuses(proc) == {"compute.tensor_core": "tool_error"}
     triton = pytest.importorskip("triton")
     assert triton  # with the Triton backend loaded, its wheel's cuobjdump reads the library
-    proc = kopt(library, "--method", "compute.tensor_core", "--method", "memory.coalescing", plugins="triton",
-                path=bare_path)
+    proc = kopt(
+        library,
+        "--method",
+        "compute.tensor_core",
+        "--method",
+        "memory.coalescing",
+        plugins="triton",
+        path=bare_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert statuses(proc) == {"compute.tensor_core": "fail", "memory.coalescing": "not_applicable"}
 
@@ -86,15 +123,27 @@ def test_triton_backend_verifies_the_cubins_of_its_artifact(tmp_path, make_pm):
         b = tl.load(b_ptr + k[:, None] * BN + c[None, :])
         tl.store(c_ptr + r[:, None] * BN + c[None, :], tl.dot(a, b).to(tl.float16))
 
-    artifact = Artifact(backend="triton", source=str(tmp_path / "kernel.py"), path=str(tmp_path / "kernel.py"),
-                        launcher="kopt_triton.launch:load", arch="sm_90a")
+    artifact = Artifact(
+        backend="triton",
+        source=str(tmp_path / "kernel.py"),
+        path=str(tmp_path / "kernel.py"),
+        launcher="kopt_triton.launch:load",
+        arch="sm_90a",
+    )
     hooks = backend_hooks(make_pm(plugin), "triton")
     none_yet = hooks.sass_verify(artifact, ["compute.wgmma"], "sm_90a")
     assert [v.status for v in none_yet] == ["tool_error"] and "no cubin" in none_yet[0].reason
     cache = tmp_path / "triton_cache" / "abc"
     cache.mkdir(parents=True)
-    (cache / "dot.cubin").write_bytes(compile_for(dot, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16"},
-                                                  {"BM": 64, "BN": 64, "BK": 64}, arch=90, num_warps=4))
+    (cache / "dot.cubin").write_bytes(
+        compile_for(
+            dot,
+            {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16"},
+            {"BM": 64, "BN": 64, "BK": 64},
+            arch=90,
+            num_warps=4,
+        )
+    )
     verdicts = hooks.sass_verify(artifact, ["compute.wgmma", "memory.tma"], "sm_90a")
     assert [v.status for v in verdicts][0] == "pass"
     assert verdicts[1].status in ("pass", "fail")  # decided from the listing, never a default

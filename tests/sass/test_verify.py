@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
@@ -9,7 +10,6 @@ import jsonschema
 import pytest
 
 from kopt_core.errors import ConfigError
-import importlib
 
 sv = importlib.import_module("kopt_core.sass.verify")
 from kopt_core.sass import load_signatures, parse_sass, verify, verify_file
@@ -66,12 +66,34 @@ def test_signatures_follow_schema_and_cover_every_method():
 
 def test_bad_signatures_raise_config_error_naming_file_and_path(tmp_path):
     bad = tmp_path / "sigs.json"
-    bad.write_text(json.dumps({"schema_version": 1, "signatures": {
-        "compute.tensor_core": {"patterns": {"default": {"any": [], "relative": "present"}}, "note": "x"}}}))
+    bad.write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "signatures": {
+                    "compute.tensor_core": {
+                        "patterns": {"default": {"any": [], "relative": "present"}},
+                        "note": "x",
+                    }
+                },
+            }
+        )
+    )
     with pytest.raises(ConfigError, match=r"sigs\.json: \$\.signatures"):
         load_signatures(bad)
-    bad.write_text(json.dumps({"schema_version": 1, "signatures": {
-        "compute.tensor_core": {"patterns": {"default": {"any": [".*"], "relative": "present"}}, "note": "x"}}}))
+    bad.write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "signatures": {
+                    "compute.tensor_core": {
+                        "patterns": {"default": {"any": [".*"], "relative": "present"}},
+                        "note": "x",
+                    }
+                },
+            }
+        )
+    )
     with pytest.raises(ConfigError, match="empty mnemonic"):
         load_signatures(bad)
 
@@ -106,14 +128,21 @@ def test_tensor_core_and_wgmma(naive, triton_mm, cutlass):
     result = verify(naive, methods, arch="sm_90", baseline=None)
     assert [v.status for v in result] == ["fail", "fail"]  # HFMA2.MMA (a move idiom) is no tensor core
     # wgmma has no rule for sm_80: inconclusive, never pass
-    assert status(verify(triton_mm, ["compute.wgmma"], arch="sm_80", baseline=None), "compute.wgmma") == "inconclusive"
+    assert (
+        status(verify(triton_mm, ["compute.wgmma"], arch="sm_80", baseline=None), "compute.wgmma")
+        == "inconclusive"
+    )
 
 
 def test_cp_async_and_friends(naive, triton_mm, cutlass):
     for lst in (triton_mm, cutlass):
-        result = verify(lst, ["memory.cp_async", "memory.ldmatrix", "memory.smem_tiling"], arch="sm_90", baseline=None)
+        result = verify(
+            lst, ["memory.cp_async", "memory.ldmatrix", "memory.smem_tiling"], arch="sm_90", baseline=None
+        )
         assert [v.status for v in result] == ["pass"] * 3
-    result = verify(naive, ["memory.cp_async", "memory.ldmatrix", "memory.vectorized_access"], arch="sm_90", baseline=None)
+    result = verify(
+        naive, ["memory.cp_async", "memory.ldmatrix", "memory.vectorized_access"], arch="sm_90", baseline=None
+    )
     assert [v.status for v in result] == ["fail"] * 3
 
 
@@ -130,11 +159,19 @@ def test_symbol_names_are_not_mnemonics():
     lst = parse_sass(text)
     assert lst.functions[0].name == "HMMA_kernel"
     assert lst.counts() == {"FFMA": 2, "CALL.REL.NOINC": 1, "EXIT": 1}
-    assert status(verify(lst, ["compute.tensor_core"], arch="sm_90", baseline=None), "compute.tensor_core") == "fail"
+    assert (
+        status(verify(lst, ["compute.tensor_core"], arch="sm_90", baseline=None), "compute.tensor_core")
+        == "fail"
+    )
 
 
 def test_not_applicable(triton_mm):
-    result = verify(triton_mm, ["latency.grid_sizing", "memory.kernel_fusion", "compute.split_k"], arch="sm_90a", baseline=None)
+    result = verify(
+        triton_mm,
+        ["latency.grid_sizing", "memory.kernel_fusion", "compute.split_k"],
+        arch="sm_90a",
+        baseline=None,
+    )
     assert [v.status for v in result] == ["not_applicable"] * 3
     assert all(v.reason for v in result)
 
@@ -186,7 +223,9 @@ def test_failing_cuobjdump_is_tool_error(tmp_path):
         pytest.skip("no cuobjdump")
     junk = tmp_path / "junk.cubin"
     junk.write_bytes(b"not an elf")
-    assert [v.status for v in verify_file(junk, ["compute.tensor_core"], "sm_90", cuobjdump=tool)] == ["tool_error"]
+    assert [v.status for v in verify_file(junk, ["compute.tensor_core"], "sm_90", cuobjdump=tool)] == [
+        "tool_error"
+    ]
 
 
 def test_real_triton_dot_disassembly(tmp_path, monkeypatch):
@@ -210,9 +249,17 @@ def test_real_triton_dot_disassembly(tmp_path, monkeypatch):
             acc = tl.dot(a, b, acc)
         tl.store(c_ptr + rm[:, None] * (tl.num_programs(1) * BN) + rn[None, :], acc.to(tl.float16))
 
-    cubin = sass.compile_for(dot_kernel, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "K": "i32"},
-                             {"BM": 128, "BN": 128, "BK": 64}, arch=90, num_warps=4, num_stages=3)
+    cubin = sass.compile_for(
+        dot_kernel,
+        {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "K": "i32"},
+        {"BM": 128, "BN": 128, "BK": 64},
+        arch=90,
+        num_warps=4,
+        num_stages=3,
+    )
     path = tmp_path / "dot.cubin"
     path.write_bytes(cubin)
-    result = verify_file(path, ["compute.tensor_core", "compute.wgmma"], "sm_90a", cuobjdump=sass.find_cuobjdump())
+    result = verify_file(
+        path, ["compute.tensor_core", "compute.wgmma"], "sm_90a", cuobjdump=sass.find_cuobjdump()
+    )
     assert [v.status for v in result] == ["pass", "pass"], result

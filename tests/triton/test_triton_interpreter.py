@@ -44,8 +44,11 @@ def bench(pm, kernel, ref, **dims):
     return bench_kernel(pm, kernel, ref, dims, options=FAST)
 
 
-@pytest.mark.parametrize(("files", "dims"), [(VECTOR_ADD, {"N": 4096}), (SOFTMAX, {"M": 64, "N": 200})],
-                         ids=["vector_add", "softmax"])
+@pytest.mark.parametrize(
+    ("files", "dims"),
+    [(VECTOR_ADD, {"N": 4096}), (SOFTMAX, {"M": 64, "N": 200})],
+    ids=["vector_add", "softmax"],
+)
 def test_examples_pass_and_are_timed(pm, files, dims):
     result = bench(pm, *files, **dims)
     assert exit_code(result) == 0, result.error
@@ -59,10 +62,14 @@ def test_examples_pass_and_are_timed(pm, files, dims):
     assert notes["triton_cache_dir"] == str(Path(result.build.path).parent / "triton_cache")
 
 
-@pytest.mark.parametrize(("kernel", "ref", "dims", "buffer"), [
-    (WRONG / "vector_add_wrong.py", VECTOR_ADD[1], {"N": 4096}, "z"),
-    (WRONG / "softmax_wrong.py", SOFTMAX[1], {"M": 64, "N": 200}, "y"),
-], ids=["vector_add_wrong", "softmax_wrong"])
+@pytest.mark.parametrize(
+    ("kernel", "ref", "dims", "buffer"),
+    [
+        (WRONG / "vector_add_wrong.py", VECTOR_ADD[1], {"N": 4096}, "z"),
+        (WRONG / "softmax_wrong.py", SOFTMAX[1], {"M": 64, "N": 200}, "y"),
+    ],
+    ids=["vector_add_wrong", "softmax_wrong"],
+)
 def test_wrong_kernels_fail_with_mismatches(pm, kernel, ref, dims, buffer):
     result = bench(pm, kernel, ref, **dims)
     assert exit_code(result) == 2 and result.status == "failed" and not result.correctness_pass
@@ -90,16 +97,20 @@ def test_a_missing_dim_is_named(pm):
 
 def test_setup_returning_the_wrong_shape_is_the_files_fault(pm, tmp_path):
     kernel = tmp_path / "kernel.py"
-    kernel.write_text("import triton\n\ndef setup(N, seed=None):\n    return {'x': 1}\n\n"
-                      "def run_kernel(**kw):\n    pass\n")
+    kernel.write_text(
+        "import triton\n\ndef setup(N, seed=None):\n    return {'x': 1}\n\ndef run_kernel(**kw):\n    pass\n"
+    )
     result = bench(pm, kernel, VECTOR_ADD[1], N=16)
     assert exit_code(result) == 4 and result.error_stage == "reference"
     assert "setup() must return {'inputs'" in result.error
 
 
 def test_a_kernel_that_raises_fails_as_a_kernel(pm, tmp_path):
-    source = VECTOR_ADD[0].read_text().replace("    grid = (triton.cdiv(N, BLOCK),)\n",
-                                                "    raise ValueError('no launch today')\n")
+    source = (
+        VECTOR_ADD[0]
+        .read_text()
+        .replace("    grid = (triton.cdiv(N, BLOCK),)\n", "    raise ValueError('no launch today')\n")
+    )
     kernel = tmp_path / "kernel.py"
     kernel.write_text(source)
     result = bench(pm, kernel, VECTOR_ADD[1], N=4096)
@@ -110,7 +121,7 @@ def test_a_kernel_that_raises_fails_as_a_kernel(pm, tmp_path):
 # An autotuned kernel under the interpreter. Triton's default benchmarker needs a GPU driver, so this
 # file brings its own do_bench: it reports each config as faster than the one before, making the last
 # config the deterministic winner.
-AUTOTUNED = '''
+AUTOTUNED = """
 import itertools
 import os
 
@@ -153,7 +164,7 @@ def setup(N, seed=None):
 
 def run_kernel(x, y, z, N):
     add_kernel[lambda meta: (triton.cdiv(N, meta["BLOCK"]),)](x, y, z, N)
-'''
+"""
 
 
 def test_autotuned_kernel_is_pinned_after_one_pass(pm, tmp_path):
@@ -164,20 +175,29 @@ def test_autotuned_kernel_is_pinned_after_one_pass(pm, tmp_path):
     assert exit_code(result) == 0, result.error
     assert any("pinned after one autotune pass" in w for w in warnings)
     notes = result.backend_notes
-    assert notes["autotune"] == [{
-        "kernel": "add_kernel", "config": {"BLOCK": 256}, "num_warps": 2, "num_stages": 2, "num_ctas": 1,
-        "index": 1, "candidates": 2,
-    }]
+    assert notes["autotune"] == [
+        {
+            "kernel": "add_kernel",
+            "config": {"BLOCK": 256},
+            "num_warps": 2,
+            "num_stages": 2,
+            "num_ctas": 1,
+            "index": 1,
+            "candidates": 2,
+        }
+    ]
     pinned = Path(notes["pinned_source"])
     assert pinned.name == "tuned.pinned.py" and pinned.parent == Path(result.build.path).parent
     text = pinned.read_text()
     assert text.count("triton.Config(") == 1
     assert 'configs=[triton.Config({"BLOCK": 256}, num_warps=2, num_stages=2)],' in text
     assert text == AUTOTUNED.replace(
-        '''configs=[
+        """configs=[
         triton.Config({"BLOCK": 128}, num_warps=4),
         triton.Config({"BLOCK": 256}, num_warps=2, num_stages=2),
-    ],''', 'configs=[triton.Config({"BLOCK": 256}, num_warps=2, num_stages=2)],')
+    ],""",
+        'configs=[triton.Config({"BLOCK": 256}, num_warps=2, num_stages=2)],',
+    )
     ast.parse(text)
 
 

@@ -61,7 +61,9 @@ def test_tl_dot_fp16_becomes_warpgroup_mma_on_sm90(tmp_path):
         dot_kernel,
         {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "K": "i32"},
         {"BM": 128, "BN": 128, "BK": 64},
-        arch=90, num_warps=4, num_stages=3,
+        arch=90,
+        num_warps=4,
+        num_stages=3,
     )
     assert cubin[:4] == b"\x7fELF"
     path = tmp_path / "dot_kernel.cubin"
@@ -74,8 +76,12 @@ def test_tl_dot_fp16_becomes_warpgroup_mma_on_sm90(tmp_path):
 
 
 def test_vector_add_is_plain_global_loads_and_stores(tmp_path):
-    cubin = sass.compile_for(add_kernel, {"x_ptr": "*fp32", "y_ptr": "*fp32", "z_ptr": "*fp32", "n": "i32"},
-                             {"BLOCK": 1024}, arch="sm_90a")
+    cubin = sass.compile_for(
+        add_kernel,
+        {"x_ptr": "*fp32", "y_ptr": "*fp32", "z_ptr": "*fp32", "n": "i32"},
+        {"BLOCK": 1024},
+        arch="sm_90a",
+    )
     path = tmp_path / "add_kernel.cubin"
     path.write_bytes(cubin)
     found = mnemonics(sass.disassemble(path))
@@ -92,7 +98,9 @@ def test_compile_for_names_missing_arguments():
 
 def test_disassemble_without_cuobjdump_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(sass, "find_cuobjdump", lambda: None)
-    verify_module = importlib.import_module("kopt_core.sass.verify")  # the package re-exports a same-named function
+    verify_module = importlib.import_module(
+        "kopt_core.sass.verify"
+    )  # the package re-exports a same-named function
     monkeypatch.setattr(verify_module, "find_tool", lambda tool: None)  # no toolkit copy either
     with pytest.raises(HardwareError, match="cuobjdump not found"):
         sass.disassemble(tmp_path / "missing.cubin")

@@ -19,7 +19,13 @@ from pathlib import Path
 from kopt_core import hookimpl
 from kopt_core.errors import ConfigError
 from kopt_core.records import (
-    Artifact, BackendInfo, Candidate, KernelInterface, Param, PreflightReport, ProbeResult,
+    Artifact,
+    BackendInfo,
+    Candidate,
+    KernelInterface,
+    Param,
+    PreflightReport,
+    ProbeResult,
 )
 
 NAME = "pytorch"
@@ -37,12 +43,22 @@ def parse_interface(path: Path) -> KernelInterface:
             for arg in node.args.args:
                 annotation = ast.unparse(arg.annotation) if arg.annotation is not None else ""
                 if annotation in SCALAR_ANNOTATIONS:
-                    params.append(Param(name=arg.arg, kind="scalar", ctype=annotation,
-                                        dtype=SCALAR_ANNOTATIONS[annotation]))
+                    params.append(
+                        Param(
+                            name=arg.arg,
+                            kind="scalar",
+                            ctype=annotation,
+                            dtype=SCALAR_ANNOTATIONS[annotation],
+                        )
+                    )
                 else:
-                    params.append(Param(name=arg.arg, kind="buffer", ctype=annotation or "Tensor", dtype=None))
+                    params.append(
+                        Param(name=arg.arg, kind="buffer", ctype=annotation or "Tensor", dtype=None)
+                    )
             return KernelInterface(entry="solve", params=params, source=str(path), line=node.lineno)
-    raise ConfigError(f"{path}: no top-level `def solve(...)`", hint="define solve(x, y, N: int) over tensors")
+    raise ConfigError(
+        f"{path}: no top-level `def solve(...)`", hint="define solve(x, y, N: int) over tensors"
+    )
 
 
 class TorchLauncher:
@@ -72,8 +88,17 @@ def load(artifact: Artifact) -> TorchLauncher:
 
 @hookimpl
 def kopt_register_backends(register: Callable[[BackendInfo], None]) -> None:
-    register(BackendInfo(name=NAME, suffixes=(".py",), summary="plain PyTorch functions (example plugin)",
-                         needs_gpu=False, claims=("def solve(",), priority=-10, compile_memory_gib=0.5))
+    register(
+        BackendInfo(
+            name=NAME,
+            suffixes=(".py",),
+            summary="plain PyTorch functions (example plugin)",
+            needs_gpu=False,
+            claims=("def solve(",),
+            priority=-10,
+            compile_memory_gib=0.5,
+        )
+    )
 
 
 @hookimpl
@@ -90,5 +115,11 @@ def kopt_preflight(candidate: Candidate) -> PreflightReport:
 @hookimpl
 def kopt_compile(candidate: Candidate) -> Artifact:
     """Nothing to build: the module is the artifact, loaded in the worker by ``load``."""
-    return Artifact(backend=NAME, source=candidate.path, path=candidate.path, launcher="kopt_example_backend:load",
-                    interface=parse_interface(Path(candidate.path)), compiler="python")
+    return Artifact(
+        backend=NAME,
+        source=candidate.path,
+        path=candidate.path,
+        launcher="kopt_example_backend:load",
+        interface=parse_interface(Path(candidate.path)),
+        compiler="python",
+    )
