@@ -14,6 +14,7 @@ from typing import Protocol
 from attrs import field, frozen
 
 from kopt_core.records import BenchOptions, TimingStats
+from kopt_core.records.fields import as_tuple
 
 Fn = Callable[[], object]
 
@@ -144,8 +145,8 @@ class Samples:
     """What one sampling took: device and host milliseconds per sample (a sample may hold several
     launches), and why the sampling stopped."""
 
-    device_ms: tuple[float, ...] = field(converter=tuple)
-    host_ms: tuple[float, ...] = field(converter=tuple)
+    device_ms: tuple[float, ...] = field(converter=as_tuple)
+    host_ms: tuple[float, ...] = field(converter=as_tuple)
     stop_reason: str
 
 

@@ -23,6 +23,7 @@ import attrs
 from attrs import field, frozen
 
 from kopt_core.errors import ConfigError
+from kopt_core.records.fields import as_tuple
 from kopt_core.refdata import load_document
 from kopt_core.roofline.records import AXES
 
@@ -39,8 +40,8 @@ class Condition:
     metric: str | None = None
     op: str | None = None
     value: float | None = None
-    dtypes: tuple[str, ...] = field(default=(), converter=tuple)
-    tags: tuple[str, ...] = field(default=(), converter=tuple)
+    dtypes: tuple[str, ...] = field(default=(), converter=as_tuple)
+    tags: tuple[str, ...] = field(default=(), converter=as_tuple)
     why: str = ""
 
     def holds(self, value: float | None) -> bool | None:
@@ -62,7 +63,7 @@ class AllOf:
     """A conjunction inside a trigger's ``any``: evidence that counts only in combination (a saturated L1
     *and* a high L1 hit rate mean reuse served from cache)."""
 
-    all: tuple[Condition, ...] = field(converter=tuple)
+    all: tuple[Condition, ...] = field(converter=as_tuple)
 
     def holds(self, values: dict[str, float | None]) -> bool:
         return all(condition.holds(values.get(condition.metric)) for condition in self.all)
@@ -81,8 +82,8 @@ class Trigger:
     """Holds when every condition of ``all`` holds and, when ``any`` is given, one of ``any`` holds (an
     ``any`` entry is a condition or an ``AllOf`` group)."""
 
-    all: tuple[Condition, ...] = field(default=(), converter=tuple)
-    any: tuple[Condition | AllOf, ...] = field(default=(), converter=tuple)
+    all: tuple[Condition, ...] = field(default=(), converter=as_tuple)
+    any: tuple[Condition | AllOf, ...] = field(default=(), converter=as_tuple)
     why: str = ""
 
     def conditions(self) -> tuple[Condition, ...]:
@@ -109,8 +110,8 @@ class Trigger:
 
 @frozen
 class Relations:
-    conflicts: tuple[str, ...] = field(default=(), converter=tuple)
-    complements: tuple[str, ...] = field(default=(), converter=tuple)
+    conflicts: tuple[str, ...] = field(default=(), converter=as_tuple)
+    complements: tuple[str, ...] = field(default=(), converter=as_tuple)
     same_budget: str | None = None
 
 
@@ -120,10 +121,10 @@ class Method:
     axis: str
     name: str
     priority: int
-    backends: tuple[str, ...] = field(converter=tuple)
-    requires: tuple[str, ...] = field(converter=tuple)
+    backends: tuple[str, ...] = field(converter=as_tuple)
+    requires: tuple[str, ...] = field(converter=as_tuple)
     trigger: Trigger
-    skip_if: tuple[Condition, ...] = field(converter=tuple)
+    skip_if: tuple[Condition, ...] = field(converter=as_tuple)
     relations: Relations
     numerics: str
     sass_signature: str
@@ -139,9 +140,9 @@ def _index(registry: MethodRegistry) -> dict[str, Method]:
 class MethodRegistry:
     schema_version: int
     architectures: dict  # arch -> frozenset of features
-    methods: tuple[Method, ...] = field(converter=tuple)
+    methods: tuple[Method, ...] = field(converter=as_tuple)
     numerics_classes: dict = field(factory=dict)
-    notes: tuple[str, ...] = field(default=(), converter=tuple)
+    notes: tuple[str, ...] = field(default=(), converter=as_tuple)
     source: str = ""
     _by_id: dict = field(init=False, repr=False, eq=False, default=attrs.Factory(_index, takes_self=True))
 

@@ -17,6 +17,7 @@ import re
 from attrs import converters, field, frozen
 
 from kopt_core.knowledge.methods import AllOf, Condition, Method, MethodRegistry
+from kopt_core.records.fields import as_tuple
 from kopt_core.roofline.records import AXES
 
 SELECTION_SCHEMA_VERSION = 1
@@ -78,8 +79,8 @@ class Selection:
     numerics_mode: str
     bound: str
     budget: dict
-    selected: tuple[Picked, ...] = field(default=(), converter=tuple)
-    skipped: tuple[Skipped, ...] = field(default=(), converter=tuple)
+    selected: tuple[Picked, ...] = field(default=(), converter=as_tuple)
+    skipped: tuple[Skipped, ...] = field(default=(), converter=as_tuple)
     underfilled: dict = field(factory=dict)  # axis -> why its budget was not spent
     kernel_tags: dict = field(factory=dict)  # trait -> true / false / null (unknown)
     floor_share: float | None = (
@@ -129,13 +130,13 @@ class SelectionContext:
     backend: str
     iteration: int = 1
     numerics_mode: str = "reference"
-    dtypes: tuple[str, ...] = field(default=(), converter=tuple)
-    selected_before: tuple[str, ...] = field(default=(), converter=tuple)
+    dtypes: tuple[str, ...] = field(default=(), converter=as_tuple)
+    selected_before: tuple[str, ...] = field(default=(), converter=as_tuple)
     # id -> the bound under which it proved ineffective
     ineffective: dict = field(factory=dict, converter=converters.default_if_none(factory=dict))
-    implementation_failed: tuple[str, ...] = field(default=(), converter=tuple)
+    implementation_failed: tuple[str, ...] = field(default=(), converter=as_tuple)
     # implementation-failed ids the user allows to be selected again
-    acknowledged: tuple[str, ...] = field(default=(), converter=tuple)
+    acknowledged: tuple[str, ...] = field(default=(), converter=as_tuple)
 
 
 def _condition_text(condition: Condition | AllOf, values: dict) -> str:

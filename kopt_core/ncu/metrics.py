@@ -30,6 +30,7 @@ import attrs
 from attrs import field, frozen
 
 from kopt_core.errors import ConfigError
+from kopt_core.records.fields import as_tuple
 from kopt_core.records.profile import KernelProfile, MetricValue
 from kopt_core.refdata import load_document
 
@@ -44,7 +45,7 @@ class GroupFamily:
     """One naming scheme of a metric group: members matched by a glob, an optional total metric."""
 
     members: str  # e.g. "smsp__average_warps_issue_stalled_*_per_issue_active.ratio"
-    exclude: tuple[str, ...] = field(default=(), converter=tuple)
+    exclude: tuple[str, ...] = field(default=(), converter=as_tuple)
     total: str | None = None
 
     def contains(self, name: str) -> bool:
@@ -56,7 +57,7 @@ class GroupFamily:
 @frozen
 class MetricGroup:
     name: str
-    families: tuple[GroupFamily, ...] = field(converter=tuple)
+    families: tuple[GroupFamily, ...] = field(converter=as_tuple)
     description: str = ""
 
     def family_of(self, name: str) -> GroupFamily | None:
@@ -72,7 +73,7 @@ class Derive:
     numerator: str | None = None  # ratio_of
     denominator: str | None = None  # ratio_of
     scale: float = 1.0  # ratio_of
-    terms: tuple[str, ...] = field(default=(), converter=tuple)  # sum_of
+    terms: tuple[str, ...] = field(default=(), converter=as_tuple)  # sum_of
 
 
 @frozen
@@ -80,11 +81,11 @@ class MetricSpec:
     """One registry entry."""
 
     key: str
-    ncu_names: tuple[str, ...] = field(converter=tuple)
+    ncu_names: tuple[str, ...] = field(converter=as_tuple)
     unit: str
     axis: str  # compute | memory | latency | info
     bad_when: str  # high | low | neither
-    sets: tuple[str, ...] = field(converter=tuple)  # basic, full
+    sets: tuple[str, ...] = field(converter=as_tuple)  # basic, full
     missing: str  # always "unknown"
     description: str
     derive: Derive | None = None
@@ -112,8 +113,8 @@ def _index(registry: MetricRegistry) -> dict[str, MetricSpec]:
 @frozen
 class MetricRegistry:
     schema_version: int
-    ncu_versions_checked: tuple[str, ...] = field(converter=tuple)
-    metrics: tuple[MetricSpec, ...] = field(converter=tuple)
+    ncu_versions_checked: tuple[str, ...] = field(converter=as_tuple)
+    metrics: tuple[MetricSpec, ...] = field(converter=as_tuple)
     groups: dict = field(factory=dict)  # name -> MetricGroup
     source: str = ""  # the file it was read from
     _by_key: dict = field(init=False, repr=False, eq=False, default=attrs.Factory(_index, takes_self=True))

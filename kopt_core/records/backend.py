@@ -4,23 +4,25 @@ from __future__ import annotations
 
 from attrs import field, frozen
 
+from kopt_core.records.fields import as_tuple
+
 
 @frozen
 class BackendInfo:
     """What a backend plugin registers through ``kopt_register_backends``."""
 
     name: str
-    suffixes: tuple[str, ...] = field(converter=tuple)
+    suffixes: tuple[str, ...] = field(converter=as_tuple)
     summary: str = ""
     needs_gpu: bool = True
     # Text markers that, found in a file with one of the suffixes, claim it for this backend ahead of a
     # backend that only matches by suffix (CUTLASS claims .cu files that include cutlass/ or cute/).
-    claims: tuple[str, ...] = field(default=(), converter=tuple)
+    claims: tuple[str, ...] = field(default=(), converter=as_tuple)
     priority: int = 0  # higher wins among backends that claim the same file
     compile_memory_gib: float = 2.0  # what one compile job may take, for the compile pool
     # NVIDIA tools the backend cannot work without; the hardware gate refuses when one is missing. A tool
     # its probe names in ``ProbeResult.details`` (the Triton wheel's cuobjdump) is the one it uses.
-    required_tools: tuple[str, ...] = field(default=("ncu",), converter=tuple)
+    required_tools: tuple[str, ...] = field(default=("ncu",), converter=as_tuple)
 
 
 @frozen

@@ -9,6 +9,7 @@ from attrs import field, frozen
 
 from kopt_core.records.build import Artifact
 from kopt_core.records.converter import read_document
+from kopt_core.records.fields import as_tuple
 
 BENCH_SCHEMA_VERSION = 1
 
@@ -21,7 +22,7 @@ Status = Literal["ok", "failed", "error"]
 class BenchOptions:
     """How to check and time. The defaults are explained in docs/measurement.md."""
 
-    seeds: tuple[int, ...] = field(default=(0, 1, 2), converter=tuple)
+    seeds: tuple[int, ...] = field(default=(0, 1, 2), converter=as_tuple)
     recheck_seed: int = 1_000_003  # fresh inputs after the timed loop
     l2: L2Mode = "cold"
     mode: TimingMode = "auto"
@@ -69,14 +70,14 @@ class TimingStats:
     warmup_ms: float
     warmup_launches: int
     host_median_ms: float | None = None  # host wall time per sample over launches (escape check)
-    samples_ms: tuple[float, ...] = field(default=(), converter=tuple)
+    samples_ms: tuple[float, ...] = field(default=(), converter=as_tuple)
     note: str = ""
 
 
 @frozen
 class Mismatch:
     buffer: str
-    index: tuple[int, ...] = field(converter=tuple)
+    index: tuple[int, ...] = field(converter=as_tuple)
     got: float | None
     expected: float | None
 
@@ -103,7 +104,7 @@ class CorrectnessCheck:
     output_init: str  # "poisoned" | "zeroed"
     passed: bool
     inputs_unchanged: bool
-    buffers: tuple[BufferCheck, ...] = field(default=(), converter=tuple)
+    buffers: tuple[BufferCheck, ...] = field(default=(), converter=as_tuple)
     message: str = ""
 
 
@@ -112,8 +113,8 @@ class BufferReport:
     name: str
     dtype: str
     role: str
-    requested_shape: tuple[int, ...] = field(converter=tuple)
-    realised_shape: tuple[int, ...] = field(converter=tuple)
+    requested_shape: tuple[int, ...] = field(converter=as_tuple)
+    realised_shape: tuple[int, ...] = field(converter=as_tuple)
     init: str
     sized_by: str
     bytes: int
@@ -163,10 +164,10 @@ class BenchResult:
     dims: dict = field(factory=dict)
     device: DeviceInfo = field(factory=DeviceInfo)
     build: Artifact | None = None
-    buffers: tuple[BufferReport, ...] = field(default=(), converter=tuple)
+    buffers: tuple[BufferReport, ...] = field(default=(), converter=as_tuple)
     tolerance: Tolerance | None = None
     outputs_must_start_zeroed: bool = False
-    correctness: tuple[CorrectnessCheck, ...] = field(default=(), converter=tuple)
+    correctness: tuple[CorrectnessCheck, ...] = field(default=(), converter=as_tuple)
     kernel_timing: TimingStats | None = None
     reference_timing: TimingStats | None = None
     speedup_vs_reference: float | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from attrs import field, frozen
 
+from kopt_core.records.fields import as_tuple
 from kopt_core.records.kernel import KernelInterface
 
 
@@ -33,12 +34,12 @@ class Artifact:
     interface: KernelInterface | None = None
     arch: str = ""
     compiler: str = ""  # compiler and version ("nvcc 13.0.88")
-    flags: tuple[str, ...] = field(default=(), converter=tuple)
+    flags: tuple[str, ...] = field(default=(), converter=as_tuple)
     cache_key: str = ""
     cache_hit: bool = False
     build_seconds: float = 0.0
     log: str = ""  # compiler output (warnings, ptxas report)
-    resources: tuple[KernelResources, ...] = field(default=(), converter=tuple)
+    resources: tuple[KernelResources, ...] = field(default=(), converter=as_tuple)
     schema_version: int = 1  # persisted on its own as a build cache entry's build.json
 
 

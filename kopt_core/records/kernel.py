@@ -6,6 +6,8 @@ from typing import Literal
 
 from attrs import field, frozen
 
+from kopt_core.records.fields import as_tuple
+
 ParamKind = Literal["buffer", "scalar"]
 Role = Literal["input", "output", "inout"]
 
@@ -26,7 +28,7 @@ class KernelInterface:
     """The entry point of one kernel file, as parsed by its backend."""
 
     entry: str
-    params: tuple[Param, ...] = field(converter=tuple)
+    params: tuple[Param, ...] = field(converter=as_tuple)
     source: str = ""  # file the entry point was found in
     line: int = 0  # 1-based line of the entry point
     # True when the kernel file makes its own arguments at run time (Triton's setup()): the params
@@ -48,7 +50,7 @@ class BufferSpec:
 
     name: str
     dtype: str
-    shape: tuple[int, ...] = field(converter=tuple)
+    shape: tuple[int, ...] = field(converter=as_tuple)
     role: Role
     init: str = "randn"  # randn | rand | zeros | ones | randint:LO:HI | arange
     sized_by: str = ""  # which rule gave the shape ("reference buffers()", "product of two largest dims")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from attrs import field, frozen
 
+from kopt_core.records.fields import as_tuple
 from kopt_core.records.kernel import KernelInterface
 
 
@@ -11,8 +12,8 @@ from kopt_core.records.kernel import KernelInterface
 class PreflightReport:
     backend: str
     interface: KernelInterface | None = None
-    problems: tuple[str, ...] = field(default=(), converter=tuple)  # each one makes the contract fail
-    warnings: tuple[str, ...] = field(default=(), converter=tuple)
+    problems: tuple[str, ...] = field(default=(), converter=as_tuple)  # each one makes the contract fail
+    warnings: tuple[str, ...] = field(default=(), converter=as_tuple)
 
     @property
     def ok(self) -> bool:

@@ -8,6 +8,7 @@ import os
 from attrs import field, frozen
 
 from kopt_core.records.converter import read_document
+from kopt_core.records.fields import as_tuple
 
 PROFILE_SCHEMA_VERSION = 1
 
@@ -45,14 +46,14 @@ class KernelProfile:
     grid: str = ""
     block: str = ""
     metrics: dict = field(factory=dict)  # ncu metric name -> MetricValue
-    findings: tuple[RuleFinding, ...] = field(default=(), converter=tuple)
+    findings: tuple[RuleFinding, ...] = field(default=(), converter=as_tuple)
 
 
 @frozen
 class ProfileReport:
     """Every kernel in the profiled range and their aggregate."""
 
-    kernels: tuple[KernelProfile, ...] = field(converter=tuple)
+    kernels: tuple[KernelProfile, ...] = field(converter=as_tuple)
     aggregate: KernelProfile | None = None  # None when there are no kernels
     source: str = ""  # the file or command the CSV came from
 
@@ -69,7 +70,7 @@ class ProfileLaunch:
 class NcuAttempt:
     """One run of ncu: what was asked, what happened, where its log is."""
 
-    command: tuple[str, ...] = field(converter=tuple)
+    command: tuple[str, ...] = field(converter=as_tuple)
     bundle: str  # full | light
     reason: str  # why this bundle
     returncode: int | None
@@ -105,12 +106,12 @@ class ProfileSummary:
     report: str  # the .ncu-rep (or the imported CSV)
     bundle: str  # full | light | imported
     bundle_reason: str
-    kernels: tuple[ProfiledKernel, ...] = field(converter=tuple)
+    kernels: tuple[ProfiledKernel, ...] = field(converter=as_tuple)
     ncu_duration_ms: float | None
     kernel_file: str | None = None
     backend: str | None = None
     dims: dict | None = None
-    attempts: tuple[NcuAttempt, ...] = field(default=(), converter=tuple)
+    attempts: tuple[NcuAttempt, ...] = field(default=(), converter=as_tuple)
     harness_median_ms: float | None = None
     harness_over_ncu: float | None = None  # harness median / ncu duration - 1
     ncu_seconds: float | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from attrs import field, frozen
 
 from kopt_core.records.backend import ProbeResult
+from kopt_core.records.fields import as_tuple
 from kopt_core.roofline.records import Ceilings, Roofline
 
 STATE_SCHEMA_VERSION = 6
@@ -20,7 +21,7 @@ class ToolFound:
     name: str  # nvcc | cuobjdump | ncu | compute-sanitizer
     path: str | None
     version: str = ""
-    searched: tuple[str, ...] = field(default=(), converter=tuple)
+    searched: tuple[str, ...] = field(default=(), converter=as_tuple)
 
 
 @frozen
@@ -54,10 +55,10 @@ class Env:
     gpu: EnvGpu | None = None  # None: no GPU was found
     cuda_context: bool = False
     can_read_counters: bool = False
-    tools: tuple[ToolFound, ...] = field(default=(), converter=tuple)
+    tools: tuple[ToolFound, ...] = field(default=(), converter=as_tuple)
     backend_probe: ProbeResult | None = None  # None: the backend was not probed
     ceilings: Ceilings | None = None  # None: not measured
-    problems: tuple[str, ...] = field(default=(), converter=tuple)  # why generation is not allowed
+    problems: tuple[str, ...] = field(default=(), converter=as_tuple)  # why generation is not allowed
     created_at: str = ""
     schema_version: int = ENV_SCHEMA_VERSION
 
@@ -67,7 +68,7 @@ class HistoryEntry:
     iteration: int
     kernel: str
     best_ms: float | None
-    methods: tuple[str, ...] = field(default=(), converter=tuple)
+    methods: tuple[str, ...] = field(default=(), converter=as_tuple)
     verified: bool = False
     note: str = ""
 
@@ -120,15 +121,15 @@ class State:
     branches: int = 4
     compile_jobs: str = "auto"
     numerics_mode: str = "reference"  # reference | strict | approximate
-    selected_methods: tuple[str, ...] = field(default=(), converter=tuple)
-    effective_methods: tuple[str, ...] = field(default=(), converter=tuple)
-    ineffective_methods: tuple[str, ...] = field(default=(), converter=tuple)
-    implementation_failed_methods: tuple[str, ...] = field(default=(), converter=tuple)
-    unverified_methods: tuple[str, ...] = field(default=(), converter=tuple)
-    history: tuple[HistoryEntry, ...] = field(default=(), converter=tuple)
-    roofline_history: tuple[RooflineHistoryEntry, ...] = field(default=(), converter=tuple)
+    selected_methods: tuple[str, ...] = field(default=(), converter=as_tuple)
+    effective_methods: tuple[str, ...] = field(default=(), converter=as_tuple)
+    ineffective_methods: tuple[str, ...] = field(default=(), converter=as_tuple)
+    implementation_failed_methods: tuple[str, ...] = field(default=(), converter=as_tuple)
+    unverified_methods: tuple[str, ...] = field(default=(), converter=as_tuple)
+    history: tuple[HistoryEntry, ...] = field(default=(), converter=as_tuple)
+    roofline_history: tuple[RooflineHistoryEntry, ...] = field(default=(), converter=as_tuple)
     # the correct non-champion branches; nothing reads them by key yet, so they stay as the writer wrote them
-    frontier: tuple[dict, ...] = field(default=(), converter=tuple)
+    frontier: tuple[dict, ...] = field(default=(), converter=as_tuple)
     run_status: str = (
         "initialized"  # initialized | seeded | running | awaiting_branches | completed | stopped
     )

@@ -9,6 +9,7 @@ from typing import Any
 
 from attrs import field, frozen
 
+from kopt_core.records.fields import as_tuple
 from kopt_core.roofline.records import Achieved, Ceilings
 
 LABEL_ROOFLINE = "roofline"
@@ -28,7 +29,7 @@ class AxisReading:
     memory_util: float | None
     delta_compute: float | None
     delta_memory: float | None
-    reasons: tuple[str, ...] = field(converter=tuple)
+    reasons: tuple[str, ...] = field(converter=as_tuple)
     achieved: Achieved | None = None
     ceilings: Ceilings | None = None
     # seconds, compared exactly to decide the bound; floor_ms is the larger of them as roofline.json shows it

@@ -7,6 +7,8 @@ from typing import Literal
 
 from attrs import field, frozen
 
+from kopt_core.records.fields import as_tuple
+
 CEILINGS_SCHEMA_VERSION = 1
 ROOFLINE_SCHEMA_VERSION = 1
 NCU_TOP_SCHEMA_VERSION = 1
@@ -60,7 +62,7 @@ class Roofline:
     near_peak: bool
     axis_budget: dict[str, int] = field(converter=_budget)
     label: Label
-    reasons: tuple[str, ...] = field(default=(), converter=tuple)
+    reasons: tuple[str, ...] = field(default=(), converter=as_tuple)
     achieved: Achieved | None = None
     ceilings: Ceilings | None = None
     peak_dtype: str | None = None
@@ -101,7 +103,7 @@ class NcuTop:
     bundle_reason: str
     duration_ms: float | None
     axes: dict[str, tuple[TopMetric, ...]] = field(converter=_axes)
-    unknown: tuple[str, ...] = field(default=(), converter=tuple)  # registry keys ncu gave no value for
+    unknown: tuple[str, ...] = field(default=(), converter=as_tuple)  # registry keys ncu gave no value for
     kernels: int = 1
     # Every registry key's value (null when unknown): what method selection evaluates triggers on.
     values: dict = field(factory=dict)

@@ -26,6 +26,7 @@ from typing import Any
 from attrs import field, frozen
 
 from kopt_core.errors import ConfigError, HardwareError
+from kopt_core.records.fields import as_tuple
 from kopt_core.refdata import load_document
 from kopt_core.tools import find_tool
 
@@ -53,12 +54,12 @@ _INSTRUCTION = re.compile(
 class SassFunction:
     name: str
     arch: str = ""  # from the "code for sm_XX" line above it, when there is one
-    instructions: tuple[str, ...] = field(default=(), converter=tuple)  # mnemonics with modifiers
+    instructions: tuple[str, ...] = field(default=(), converter=as_tuple)  # mnemonics with modifiers
 
 
 @frozen
 class SassListing:
-    functions: tuple[SassFunction, ...] = field(default=(), converter=tuple)
+    functions: tuple[SassFunction, ...] = field(default=(), converter=as_tuple)
 
     @property
     def instructions(self) -> tuple[str, ...]:
@@ -76,7 +77,7 @@ class SassListing:
 class SassRule:
     arch: str  # the key it was found under ("sm_90", "default")
     mode: str  # any | all
-    patterns: tuple[str, ...] = field(converter=tuple)
+    patterns: tuple[str, ...] = field(converter=as_tuple)
     relative: str = "present"
 
     def describe(self) -> str:
@@ -120,7 +121,7 @@ class SignatureSet:
 class SassVerdict:
     method: str
     status: str  # pass | fail | inconclusive | not_applicable | tool_error
-    matched: tuple[tuple[str, int], ...] = field(default=(), converter=tuple)  # (mnemonic, count)
+    matched: tuple[tuple[str, int], ...] = field(default=(), converter=as_tuple)  # (mnemonic, count)
     expected: str = ""
     reason: str = ""
 

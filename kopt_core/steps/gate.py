@@ -37,6 +37,7 @@ from kopt_core.jsonio import write_json
 from kopt_core.ncu.parse import parse_raw_csv
 from kopt_core.process import run_in_group
 from kopt_core.records import ProbeResult, from_data, read_document, to_data
+from kopt_core.records.fields import as_tuple
 from kopt_core.records.state import Env, EnvGpu, ToolFound
 from kopt_core.roofline.records import Ceilings
 from kopt_core.tools import find_tool, tool_folders
@@ -275,11 +276,11 @@ def measure_device_ceilings(timeout_s: float = CEILINGS_TIMEOUT_S) -> tuple[Ceil
 class Discovery:
     """One attempt's findings: tools, GPUs, the CUDA context and the backend probe."""
 
-    tools: tuple[ToolFound, ...] = field(converter=tuple)
+    tools: tuple[ToolFound, ...] = field(converter=as_tuple)
     gpus: list
     context: dict | None
     probe: ProbeResult
-    problems: tuple[str, ...] = field(converter=tuple)
+    problems: tuple[str, ...] = field(converter=as_tuple)
 
     def tool(self, name: str) -> ToolFound | None:
         return next((t for t in self.tools if t.name == name), None)
