@@ -231,7 +231,7 @@ def parse_ncu_durations(text: str, metric: str = NCU_METRIC) -> list[float]:
             continue
         if len(row) != len(header):
             continue
-        fields = dict(zip(header, row))
+        fields = dict(zip(header, row, strict=True))
         if fields.get("Metric Name") != metric:
             continue
         value = to_ms(fields.get("Metric Value", ""), fields.get("Metric Unit", ""))

@@ -50,8 +50,8 @@ def check_reference(interface: KernelInterface, ref: ReferenceModule, dims: dict
         except (TypeError, ValueError):
             params = "?"
         problems.append(
-            f"{ref.path}: reference({params}) cannot take the kernel's arguments ({', '.join(names)}): {exc}; "
-            "name its parameters like the kernel's, or accept **kwargs"
+            f"{ref.path}: reference({params}) cannot take the kernel's arguments ({', '.join(names)}): "
+            f"{exc}; name its parameters like the kernel's, or accept **kwargs"
         )
     try:
         ref.workload(dims)

@@ -1,3 +1,5 @@
+# mypy: disable-error-code="empty-body"
+# (hookspecs are signatures only: pluggy never runs their bodies, a docstring is all they hold)
 """The backend contract: every hook kopt calls. Plugins implement them with ``@kopt_core.hookimpl``.
 
 How hooks are called

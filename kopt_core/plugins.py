@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+from typing import Any
 
 import pluggy
 
@@ -53,7 +54,7 @@ def load_entrypoints(pm: PluginManager) -> None:
             pm.load_failures[ep.name] = f"{type(exc).__name__}: {exc}"
 
 
-def get_plugin_manager(*, autoload: bool = True, plugins: tuple = ()) -> PluginManager:
+def get_plugin_manager(*, autoload: bool = True, plugins: tuple[object, ...] = ()) -> PluginManager:
     """A manager with the given plugin objects registered and, if ``autoload``, the installed ones."""
     pm = PluginManager()
     for plugin in plugins:
@@ -64,14 +65,14 @@ def get_plugin_manager(*, autoload: bool = True, plugins: tuple = ()) -> PluginM
     return pm
 
 
-def describe_plugins(pm: PluginManager) -> list[dict]:
+def describe_plugins(pm: PluginManager) -> list[dict[str, Any]]:
     """Each plugin's name, package version and hooks, for ``kopt plugins``."""
     dist_of = {id(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
     rows = []
     for plugin in pm.get_plugins():
         name = pm.get_name(plugin)
         hooks = sorted(caller.name for caller in (pm.get_hookcallers(plugin) or []))
-        row: dict = {"name": name, "hooks": hooks}
+        row: dict[str, Any] = {"name": name, "hooks": hooks}
         dist = dist_of.get(id(plugin))
         if dist is not None:
             row["package"] = dist.project_name

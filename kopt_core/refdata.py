@@ -63,10 +63,10 @@ def load_document(path: Path | str | None, *, default: str, schema_file: str, wh
             raise ConfigError(f"cannot read the {what} {where}: {error}") from error
     document = parse_json(text, where)
     validator = jsonschema.Draft202012Validator(schema(schema_file))
-    error = jsonschema.exceptions.best_match(validator.iter_errors(document))
-    if error is not None:
+    problem = jsonschema.exceptions.best_match(validator.iter_errors(document))
+    if problem is not None:
         raise ConfigError(
-            f"{where}: {error.json_path}: {error.message}",
+            f"{where}: {problem.json_path}: {problem.message}",
             hint=f"the {what} must follow {packaged_text(schema_file)[1]}",
         )
     return document, where

@@ -51,7 +51,7 @@ class ReferenceModule:
                 hint="give every dim it takes on the command line",
             ) from None
         if not isinstance(model, dict) or not all(
-            isinstance(model.get(k), (int, float)) and model.get(k) >= 0 for k in ("flops", "bytes_min")
+            isinstance(value := model.get(k), (int, float)) and value >= 0 for k in ("flops", "bytes_min")
         ):
             raise ConfigError(
                 f"{self.path}: workload_model(**dims) must return {{'flops': number >= 0, "
@@ -68,7 +68,8 @@ class ReferenceModule:
         except Exception as exc:
             raise ConfigError(
                 f"{self.path}: buffers(**dims) raised {type(exc).__name__}: {exc}",
-                hint="it receives the dims by name and returns {name: {'shape': (...), 'role': ..., 'dtype': ...}}",
+                hint="it receives the dims by name and returns "
+                "{name: {'shape': (...), 'role': ..., 'dtype': ...}}",
             ) from None
         if not isinstance(described, dict):
             raise ConfigError(f"{self.path}: buffers(**dims) must return a dict of name -> description")

@@ -218,7 +218,7 @@ def _run(command: list[str], *, timeout: float, what: str) -> subprocess.Complet
         raise HardwareError(
             f"cannot run {command[0]}: {ran.error}", hint="install the CUDA toolkit or set CUDA_HOME"
         )
-    if ran.timed_out:
+    if ran.timed_out or ran.returncode is None:  # a command that started has no returncode only on timeout
         raise ConfigError(
             f"{what} did not finish within {timeout:.0f} s; simplify the kernel (fewer template "
             f"instantiations or unrolled loops) or raise the build timeout."

@@ -5,11 +5,12 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Callable
+from typing import Any
 
 from kopt_core.bench.launchers import LaunchError
-from kopt_core.records import Artifact, KernelInterface
+from kopt_core.records import Artifact, KernelInterface, Param
 
-SCALAR_CTYPES = {
+SCALAR_CTYPES: dict[str, type[ctypes._SimpleCData[Any]]] = {
     "int8": ctypes.c_int8,
     "uint8": ctypes.c_uint8,
     "int16": ctypes.c_int16,
@@ -22,6 +23,14 @@ SCALAR_CTYPES = {
     "float64": ctypes.c_double,
     "bool": ctypes.c_bool,
 }
+
+
+def _scalar_ctype(param: Param) -> type[ctypes._SimpleCData[Any]]:
+    """The ctypes type a scalar parameter is passed as (parse_solve gives every scalar one of
+    SCALAR_CTYPES's dtypes)."""
+    if param.dtype is None:
+        raise LaunchError(f"scalar parameter {param.name} of solve has no dtype")
+    return SCALAR_CTYPES[param.dtype]
 
 
 class CudaGraphReplay:
@@ -92,7 +101,7 @@ class CudaLauncher:
         self.solve = getattr(self.lib, self.interface.entry)
         self.solve.restype = None
         self.solve.argtypes = [
-            ctypes.c_void_p if p.kind == "buffer" else SCALAR_CTYPES[p.dtype] for p in self.interface.params
+            ctypes.c_void_p if p.kind == "buffer" else _scalar_ctype(p) for p in self.interface.params
         ]
         self.lib.kopt_shim_last_error.argtypes = [ctypes.c_char_p, ctypes.c_int]
         self.lib.kopt_shim_capture_end.argtypes = [
@@ -114,13 +123,13 @@ class CudaLauncher:
         return ShimClock(self.lib)
 
     def _cargs(self, args: dict) -> tuple:
-        values = []
+        values: list[ctypes._SimpleCData[Any]] = []
         for p in self.interface.params:
             value = args[p.name]
             if p.kind == "buffer":
                 values.append(ctypes.c_void_p(value.data_ptr()))
             else:
-                values.append(SCALAR_CTYPES[p.dtype](value))
+                values.append(_scalar_ctype(p)(value))
         return tuple(values)
 
     def bind(self, args: dict) -> Callable[[], None]:

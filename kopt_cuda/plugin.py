@@ -49,12 +49,13 @@ def preflight_solve(candidate: Candidate) -> PreflightReport:
             interface=interface,
             problems=(f"solve (line {interface.line}) has no non-const pointer: nothing to check",),
         )
-    warnings = ()
+    warnings: tuple[str, ...] = ()
     if len(outputs) == len(interface.buffers) > 1:
         # Every pointer is non-const: all are treated as outputs (poisoned), which is wrong for inputs.
         warnings = (
-            f"{path.name}: no pointer of solve is const, so kopt treats {', '.join(p.name for p in outputs)} all "
-            "as outputs; make inputs const, or give roles in the reference's buffers()",
+            f"{path.name}: no pointer of solve is const, so kopt treats "
+            f"{', '.join(p.name for p in outputs)} all as outputs; make inputs const, or give roles in the "
+            "reference's buffers()",
         )
     return PreflightReport(backend=candidate.backend, interface=interface, warnings=warnings)
 

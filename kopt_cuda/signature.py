@@ -313,7 +313,7 @@ def _declarations(text: str, entry: str) -> list[_Site]:
             _Site(
                 line=_line_of(text, match.start()),
                 extern_c=linkage or in_block,
-                is_definition=bool(after) and after.group() == "{",
+                is_definition=after is not None and after.group() == "{",
                 is_static="static" in words,
                 device_only=bool(_DEVICE_WORDS.intersection(words)) and "__host__" not in words,
                 return_type=re.sub(r" (?=[*&])", "", " ".join(re.sub(r"\s+", "", t) for t in type_tokens)),

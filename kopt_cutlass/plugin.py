@@ -34,8 +34,9 @@ INFO = BackendInfo(
 )
 
 HEADERS_HINT = (
-    "kopt-cutlass depends on the nvidia-cutlass wheel that carries them: reinstall it (`pip install nvidia-cutlass`), "
-    "or set CUTLASS_PATH to a CUTLASS 3.x checkout (or CUTLASS_INCLUDE_DIR to its include directory)"
+    "kopt-cutlass depends on the nvidia-cutlass wheel that carries them: reinstall it "
+    "(`pip install nvidia-cutlass`), or set CUTLASS_PATH to a CUTLASS 3.x checkout (or CUTLASS_INCLUDE_DIR "
+    "to its include directory)"
 )
 
 

@@ -96,8 +96,10 @@ def _line_starts(data: bytes) -> list[int]:
     return starts
 
 
-def _span(starts: list[int], node: ast.AST) -> tuple[int, int]:
+def _span(starts: list[int], node: ast.expr) -> tuple[int, int]:
     """Byte span of ``node``: ast columns are UTF-8 byte offsets within their line."""
+    if node.end_lineno is None or node.end_col_offset is None:  # ast.parse sets both on every node
+        raise ValueError(f"{ast.dump(node)[:80]} has no end position")
     return (starts[node.lineno - 1] + node.col_offset, starts[node.end_lineno - 1] + node.end_col_offset)
 
 
@@ -133,8 +135,8 @@ def pin_source(source_text: str, pins: list[dict]) -> str:
         else:
             text = config_text(pin, _config_constructor(tree, site.decorator))
         replacements.append((start, end, f"[{text}]".encode()))
-    for start, end, text in sorted(replacements, reverse=True):
-        data = data[:start] + text + data[end:]
+    for start, end, replacement in sorted(replacements, reverse=True):
+        data = data[:start] + replacement + data[end:]
     return data.decode("utf-8")
 
 

@@ -354,8 +354,9 @@ def _pin(name: str, tuner: Any, launched: bool) -> dict:
         pin["reason"] = (
             "run_kernel has not launched it yet (the configuration is chosen at the first launch)"
             if not launched
-            else "run_kernel ran but Triton's Autotuner exposes no best_config for this kernel (was it launched "
-            "by run_kernel? a kernel only defined, or launched through another name, is not tuned here)"
+            else "run_kernel ran but Triton's Autotuner exposes no best_config for this kernel (was it "
+            "launched by run_kernel? a kernel only defined, or launched through another name, is not tuned "
+            "here)"
         )
         return pin
     try:

@@ -12,4 +12,8 @@ python3 -m venv .venv
 .venv/bin/python -m pip install -q triton==3.9.0 nvidia-cutlass==4.2.0.0
 .venv/bin/python -m pip install -q -e './kopt_core[test]' -e ./kopt_cuda -e ./kopt_triton -e ./kopt_cutlass \
   -e ./examples/kopt_example_backend
+# Habits before tests: lint, format and types (configured in pyproject.toml), then the suite.
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/mypy
 .venv/bin/python -m pytest "$@"

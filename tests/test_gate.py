@@ -166,8 +166,8 @@ RAW = (
     '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
     '"Device","CC","gpu__time_duration.sum","sm__throughput.avg.pct_of_peak_sustained_elapsed"\n'
     '"","","","","","","","","","","","usecond","%"\n'
-    '"0","1","python3","127.0.0.1","vectorized_elementwise_kernel","1","7","(128, 1, 1)","(1024, 1, 1)","0","9.0",'
-    '"{time}","{sm}"\n'
+    '"0","1","python3","127.0.0.1","vectorized_elementwise_kernel","1","7","(128, 1, 1)","(1024, 1, 1)",'
+    '"0","9.0","{time}","{sm}"\n'
 )
 
 

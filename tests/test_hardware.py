@@ -36,7 +36,9 @@ def test_no_driver_means_no_gpu_with_a_reason(monkeypatch):
 def test_nvidia_smi_output_is_parsed(monkeypatch, tmp_path):
     smi = tmp_path / "nvidia-smi"
     smi.write_text(
-        "#!/bin/sh\necho '0, NVIDIA H200, 9.0, 580.159.04, 143771'\necho '1, NVIDIA H200, 9.0, 580.159.04, 143771'\n"
+        "#!/bin/sh\n"
+        "echo '0, NVIDIA H200, 9.0, 580.159.04, 143771'\n"
+        "echo '1, NVIDIA H200, 9.0, 580.159.04, 143771'\n"
     )
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))

@@ -101,8 +101,8 @@ def plan_buffers(interface: KernelInterface, dims: dict, ref) -> tuple[tuple[Buf
             raise ConfigError(f"{ref.path}: buffers()[{param.name!r}] role {role!r} is not one of {ROLES}")
         if param.is_const and role != "input":
             raise ConfigError(
-                f"{ref.path}: buffers() gives const parameter {param.name!r} role {role!r}; a const pointer is "
-                "an input"
+                f"{ref.path}: buffers() gives const parameter {param.name!r} role {role!r}; "
+                "a const pointer is an input"
             )
         init = desc.get("init") or default_init(dtype)
         if init not in INITS and not (isinstance(init, str) and init.startswith("randint:")):

@@ -81,5 +81,5 @@ class LaunchError(RuntimeError):
 def load_launcher(artifact: Artifact) -> Launcher:
     """Import and call the factory ``artifact.launcher`` names."""
     module_name, _, attr = artifact.launcher.partition(":")
-    factory = getattr(importlib.import_module(module_name), attr)
+    factory: Callable[[Artifact], Launcher] = getattr(importlib.import_module(module_name), attr)
     return factory(artifact)

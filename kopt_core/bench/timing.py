@@ -228,7 +228,7 @@ def escaped_work(stats: TimingStats, samples: Samples) -> str | None:
     not see it (another stream, another thread)."""
     if stats.clock != "cuda_events" or not samples.host_ms:
         return None
-    gap = statistics.median(h - d for h, d in zip(samples.host_ms, samples.device_ms))
+    gap = statistics.median(h - d for h, d in zip(samples.host_ms, samples.device_ms, strict=True))
     device = statistics.median(samples.device_ms)
     if gap > 0.25 * device + 0.2:
         return (

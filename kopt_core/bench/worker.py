@@ -12,6 +12,8 @@ import math
 import sys
 import time
 import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -26,6 +28,7 @@ from kopt_core.bench.launchers import (
 )
 from kopt_core.bench.runner import base_fields
 from kopt_core.bench.timing import (
+    Clock,
     CudaEventClock,
     HostClock,
     escaped_work,
@@ -53,6 +56,9 @@ from kopt_core.reference import load_reference
 ROTATION_MAX_SETS = 64
 ROTATION_MAX_BYTES = 4 << 30
 MAX_LAUNCHES_PER_SAMPLE = 4096
+
+# ProvidesInputs.inputs: (dims, seed) -> (args, names of the outputs)
+InputsProvider = Callable[[dict[str, Any], int], tuple[dict[str, Any], Sequence[str]]]
 
 
 class StageFailed(Exception):
@@ -169,9 +175,10 @@ class WorkerRun:
                 torch=torch.__version__,
                 driver=gpus[0].driver if gpus else "",
             )
-            self.reference_clock = CudaEventClock()
-            own = isinstance(self.launcher, ProvidesClock)
-            self.kernel_clock = self.launcher.clock() if own else self.reference_clock
+            self.reference_clock: Clock = CudaEventClock()
+            self.kernel_clock: Clock = (
+                self.launcher.clock() if isinstance(self.launcher, ProvidesClock) else self.reference_clock
+            )
         else:
             self.l2_bytes = 0
             self.fields["device"] = DeviceInfo(name="cpu", torch=torch.__version__)
@@ -183,8 +190,9 @@ class WorkerRun:
         if interface is None:
             raise StageFailed("error", "load", f"the {artifact.backend} backend gave no kernel interface")
         self.interface = interface
-        provides = interface.dynamic_buffers and isinstance(self.launcher, ProvidesInputs)
-        self.provider = self.launcher.inputs if provides else None
+        self.provider: InputsProvider | None = None
+        if interface.dynamic_buffers and isinstance(self.launcher, ProvidesInputs):
+            self.provider = self.launcher.inputs
         if self.provider is not None:
             self.specs, self.scalars = self._specs_from_provider()
             requested = {s.name: s.shape for s in self.specs}
@@ -221,6 +229,8 @@ class WorkerRun:
         return torch.Generator(device=self.device).manual_seed(seed)
 
     def _provided(self, seed: int) -> tuple[dict, tuple[str, ...]]:
+        if self.provider is None:  # only asked for when the launcher makes its own inputs
+            raise RuntimeError("the launcher makes no inputs of its own")
         try:
             args, outputs = self.provider(dict(self.request.dims), seed)
         except Exception as exc:
@@ -317,7 +327,7 @@ class WorkerRun:
                 if name in outs and isinstance(value, torch.Tensor):
                     ref_args[name].copy_(value.reshape(ref_args[name].shape))
         elif isinstance(returned, (tuple, list)) and len(returned) == len(outs):
-            for name, value in zip(outs, returned):
+            for name, value in zip(outs, returned, strict=True):
                 if isinstance(value, torch.Tensor):
                     ref_args[name].copy_(value.reshape(ref_args[name].shape))
         elif isinstance(returned, torch.Tensor) and len(outs) == 1:

@@ -232,7 +232,9 @@ def bench_cmd(
     "out_dir",
     type=click.Path(file_okay=False),
     default=None,
-    help="Folder for the report, ncu_top.json, roofline.json and the plot (default: ./kopt_profile_<kernel>).",
+    help=(
+        "Folder for the report, ncu_top.json, roofline.json and the plot (default: ./kopt_profile_<kernel>)."
+    ),
 )
 @click.option(
     "--ncu-num", type=click.IntRange(1, 50), default=5, show_default=True, help="Top metrics per axis."

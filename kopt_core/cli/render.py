@@ -65,7 +65,8 @@ def bench_report(result: BenchResult) -> None:
     if result.build is not None:
         b = result.build
         res = "; ".join(
-            f"{r.name[:40]}: {r.registers} regs, {r.shared_bytes} B smem, spills {r.spill_store_bytes}/{r.spill_load_bytes}"
+            f"{r.name[:40]}: {r.registers} regs, {r.shared_bytes} B smem, "
+            f"spills {r.spill_store_bytes}/{r.spill_load_bytes}"
             for r in b.resources
         )
         table.add_row(
@@ -94,8 +95,9 @@ def bench_report(result: BenchResult) -> None:
         table.add_row("note", "[yellow]the kernel relies on its outputs starting zeroed[/]")
     _timing_row(table, "kernel", result.kernel_timing)
     _timing_row(table, "reference", result.reference_timing)
-    if result.workload is not None and result.workload.tflops is not None:
-        w = result.workload
+    w = result.workload
+    # bench.workload sets both rates or neither
+    if w is not None and w.tflops is not None and w.tbytes_per_s is not None:
         table.add_row(
             "workload",
             f"{w.flops:.3g} FLOP, {w.bytes_min:.3g} B at least: {w.tflops:.2f} TFLOP/s, "
@@ -157,7 +159,8 @@ def _gpu_line(gpu) -> str:
 
 
 def gate_report(env) -> None:
-    """The hardware gate's findings (an ``Env``): verdict, GPU, context, counters, tools, backend, ceilings."""
+    """The hardware gate's findings (an ``Env``): verdict, GPU, context, counters, tools, backend,
+    ceilings."""
     from rich.markup import escape
 
     table = Table(title=f"kopt gate: {env.backend}", show_header=False)

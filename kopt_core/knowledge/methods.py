@@ -17,6 +17,7 @@ naming the file and the problem.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
@@ -50,12 +51,18 @@ class Condition:
             raise ValueError(f"{self.kind} is not a metric condition")
         if value is None:
             return None
+        if self.op is None or self.value is None:  # the registry's schema requires both
+            raise ValueError(f"the condition on {self.metric!r} has no op or no threshold")
         return {
             ">=": value >= self.value,
             "<=": value <= self.value,
             ">": value > self.value,
             "<": value < self.value,
         }[self.op]
+
+    def reading(self, values: Mapping[str, float | None]) -> float | None:
+        """This condition's metric in ``values``; None when unknown (or when it names no metric)."""
+        return None if self.metric is None else values.get(self.metric)
 
 
 @frozen
@@ -66,14 +73,14 @@ class AllOf:
     all: tuple[Condition, ...] = field(converter=as_tuple)
 
     def holds(self, values: dict[str, float | None]) -> bool:
-        return all(condition.holds(values.get(condition.metric)) for condition in self.all)
+        return all(condition.holds(condition.reading(values)) for condition in self.all)
 
 
 def _holds(option: Condition | AllOf, values: dict[str, float | None]) -> bool:
     return (
         bool(option.holds(values))
         if isinstance(option, AllOf)
-        else bool(option.holds(values.get(option.metric)))
+        else bool(option.holds(option.reading(values)))
     )
 
 
@@ -94,7 +101,12 @@ class Trigger:
         return tuple(flat)
 
     def metrics(self) -> tuple[str, ...]:
-        return tuple(condition.metric for condition in self.conditions())
+        metrics = []
+        for condition in self.conditions():
+            if condition.metric is None:  # the registry's schema gives every trigger condition a metric
+                raise ValueError(f"a trigger condition names no metric ({self.why})")
+            metrics.append(condition.metric)
+        return tuple(metrics)
 
     def holds(self, values: dict[str, float | None]) -> bool:
         """Whether the trigger holds on ``values`` (metric key -> value or None); an unknown metric never
@@ -241,7 +253,8 @@ def _check_consistency(document: dict, where: str) -> None:
                 )
         if entry["sass_signature"] != method_id:
             raise ConfigError(
-                f"{where}: {path}.sass_signature: {entry['sass_signature']!r} is not the method id {method_id!r}"
+                f"{where}: {path}.sass_signature: {entry['sass_signature']!r} is not the method id "
+                f"{method_id!r}"
             )
     by_id = {entry["id"]: entry for entry in document["methods"]}
     for method_id, index in ids.items():

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from attrs import converters, field, frozen
+from attrs import field, frozen
 
 from kopt_core.knowledge.methods import AllOf, Condition, Method, MethodRegistry
 from kopt_core.records.fields import as_tuple
@@ -119,6 +119,11 @@ class ProfileEvidence:
     tags: dict = field(factory=lambda: kernel_tags(None))
 
 
+def _dict_or_empty(value: dict | None) -> dict:
+    # a named converter (not attrs' default_if_none) so that type checkers read the field's type
+    return {} if value is None else value
+
+
 @frozen
 class SelectionContext:
     """Everything one scan decides on besides the method registry: the profile's evidence, where the kernel
@@ -133,7 +138,7 @@ class SelectionContext:
     dtypes: tuple[str, ...] = field(default=(), converter=as_tuple)
     selected_before: tuple[str, ...] = field(default=(), converter=as_tuple)
     # id -> the bound under which it proved ineffective
-    ineffective: dict = field(factory=dict, converter=converters.default_if_none(factory=dict))
+    ineffective: dict = field(factory=dict, converter=_dict_or_empty)
     implementation_failed: tuple[str, ...] = field(default=(), converter=as_tuple)
     # implementation-failed ids the user allows to be selected again
     acknowledged: tuple[str, ...] = field(default=(), converter=as_tuple)
@@ -153,7 +158,10 @@ def _skip_reason(method: Method, values: dict, dtypes: set[str], tags: dict) -> 
             if condition.holds(values.get(condition.metric)):
                 return f"skip condition: {_condition_text(condition, values)}: {condition.why}"
         elif condition.kind == "dtype_in" and dtypes & set(condition.dtypes):
-            return f"skip condition: the kernel works in {sorted(dtypes & set(condition.dtypes))}: {condition.why}"
+            return (
+                f"skip condition: the kernel works in {sorted(dtypes & set(condition.dtypes))}: "
+                f"{condition.why}"
+            )
         elif condition.kind == "dtype_not_in" and dtypes and not dtypes & set(condition.dtypes):
             return f"skip condition: no operand in {list(condition.dtypes)}: {condition.why}"
         elif condition.kind in ("kernel_has", "kernel_lacks"):
@@ -164,7 +172,10 @@ def _skip_reason(method: Method, values: dict, dtypes: set[str], tags: dict) -> 
             if (condition.kind == "kernel_has" and present) or (
                 condition.kind == "kernel_lacks" and not present
             ):
-                return f"skip condition: kernel {condition.kind.split('_')[1]} {', '.join(condition.tags)}: {condition.why}"
+                return (
+                    f"skip condition: kernel {condition.kind.split('_')[1]} {', '.join(condition.tags)}: "
+                    f"{condition.why}"
+                )
     return None
 
 
@@ -181,6 +192,7 @@ def select_methods(registry: MethodRegistry, context: SelectionContext) -> Selec
             continue
         taken = 0
         for method in registry.by_axis(axis):
+            reason: str | None
             if taken >= slots:
                 reason = f"not reached: higher priorities filled the {axis} budget ({slots})"
             else:

@@ -277,8 +277,9 @@ def resolve_metric(
             )
     if derive is not None and derive.kind == "sum_of":
         terms = [_value(metrics, term) for term in derive.terms]
-        if terms and all(term is not None for term in terms):
-            return Resolved(spec.key, math.fsum(terms), spec.unit, " + ".join(derive.terms), "derived")
+        known = [term for term in terms if term is not None]
+        if terms and len(known) == len(terms):
+            return Resolved(spec.key, math.fsum(known), spec.unit, " + ".join(derive.terms), "derived")
     return Resolved(spec.key, None, spec.unit, None, "unknown")
 
 

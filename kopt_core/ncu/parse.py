@@ -388,16 +388,17 @@ def _combine(key: str, kernels: list[KernelProfile]) -> MetricValue:
     if is_extensive(first.name, first.unit):
         value = math.fsum(v for _, v in known)
     else:
-        weights = [d for d, _ in known]
-        if all(d is not None and d > 0 for d in weights):
-            value = math.fsum(d * v for d, v in known) / math.fsum(weights)
+        weighted = [(d, v) for d, v in known if d is not None and d > 0]
+        if len(weighted) == len(known):  # every kernel has a positive duration
+            value = math.fsum(d * v for d, v in weighted) / math.fsum(d for d, _ in weighted)
         else:
             value = math.fsum(v for _, v in known) / len(known)
     return MetricValue(name=first.name, value=value, unit=first.unit, raw="", raw_unit=first.raw_unit)
 
 
 def aggregate_kernels(kernels: Iterable[KernelProfile]) -> KernelProfile | None:
-    """The aggregate KernelProfile (id -1) of ``kernels``; None when there are none. Rules: module docstring."""
+    """The aggregate KernelProfile (id -1) of ``kernels``; None when there are none.
+    Rules: module docstring."""
     kernels = list(kernels)
     if not kernels:
         return None
@@ -406,13 +407,13 @@ def aggregate_kernels(kernels: Iterable[KernelProfile]) -> KernelProfile | None:
     keys: dict[str, None] = {}
     for kernel in kernels:
         keys.update(dict.fromkeys(kernel.metrics))
-    durations = [kernel.duration_ms for kernel in kernels]
+    durations = [kernel.duration_ms for kernel in kernels if kernel.duration_ms is not None]
     grids = {kernel.grid for kernel in kernels}
     blocks = {kernel.block for kernel in kernels}
     return KernelProfile(
         id=-1,
         name=f"aggregate of {len(kernels)} kernels",
-        duration_ms=None if any(d is None for d in durations) else math.fsum(durations),
+        duration_ms=math.fsum(durations) if len(durations) == len(kernels) else None,
         grid=grids.pop() if len(grids) == 1 else "",
         block=blocks.pop() if len(blocks) == 1 else "",
         metrics={key: _combine(key, kernels) for key in keys},

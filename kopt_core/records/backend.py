@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from attrs import field, frozen
 
 from kopt_core.records.fields import as_tuple
@@ -32,4 +34,4 @@ class ProbeResult:
     backend: str
     available: bool
     reason: str = ""
-    details: dict = field(factory=dict)
+    details: dict[str, Any] = field(factory=dict)

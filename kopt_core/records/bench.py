@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Literal
+from typing import Any, Literal
 
 from attrs import field, frozen
 
@@ -45,7 +45,7 @@ class BenchRequest:
 
     artifact: Artifact
     reference: str  # path of ref.py
-    dims: dict = field(factory=dict)
+    dims: dict[str, Any] = field(factory=dict)
     options: BenchOptions = field(factory=BenchOptions)
 
 
@@ -161,7 +161,7 @@ class BenchResult:
     error_stage: str | None = None  # load | reference | correctness | timing | recheck | worker
     schema_version: int = BENCH_SCHEMA_VERSION
     reference_file: str = ""
-    dims: dict = field(factory=dict)
+    dims: dict[str, Any] = field(factory=dict)
     device: DeviceInfo = field(factory=DeviceInfo)
     build: Artifact | None = None
     buffers: tuple[BufferReport, ...] = field(default=(), converter=as_tuple)
@@ -173,12 +173,13 @@ class BenchResult:
     speedup_vs_reference: float | None = None
     workload: Workload | None = None
     options: BenchOptions = field(factory=BenchOptions)
-    backend_notes: dict = field(factory=dict)  # what the backend's launcher reports (pinned configs, cubins)
+    # what the backend's launcher reports (pinned configs, cubins)
+    backend_notes: dict[str, Any] = field(factory=dict)
     worker_seconds: float | None = None
     created_at: str = ""
     kopt_version: str = ""
 
 
-def read_bench_result(path: str | os.PathLike) -> BenchResult:
+def read_bench_result(path: str | os.PathLike[str]) -> BenchResult:
     """A bench.json; OSError or ValueError when it cannot be read as one."""
     return read_document(path, BenchResult, "bench")

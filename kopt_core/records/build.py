@@ -48,5 +48,5 @@ class Toolchain:
     """What a compile may use: the target architecture and the tools that were found."""
 
     arch: str  # "sm_90a"
-    tools: dict = field(factory=dict)  # tool name -> path ("nvcc": "/usr/local/cuda/bin/nvcc")
+    tools: dict[str, str] = field(factory=dict)  # tool name -> path ("nvcc": "/usr/local/cuda/bin/nvcc")
     cache_dir: str = ""  # where builds are cached by content ("" = the default)

@@ -14,13 +14,15 @@ from typing import Any, TypeVar
 
 import attrs
 import cattrs
+from attrs import AttrsInstance
 
 from kopt_core.jsonio import read_json
 
 T = TypeVar("T")
+R = TypeVar("R", bound=AttrsInstance)
 
 # document kind -> {from_version: function(dict) -> dict at from_version + 1}
-MIGRATIONS: dict[str, dict[int, Callable[[dict], dict]]] = {}
+MIGRATIONS: dict[str, dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {}
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -45,7 +47,7 @@ def from_data(data: Any, cls: type[T]) -> T:
     return make_converter().structure(data, cls)
 
 
-def migrate(kind: str, data: dict, current: int) -> dict:
+def migrate(kind: str, data: dict[str, Any], current: int) -> dict[str, Any]:
     """Bring a persisted document of ``kind`` up to schema version ``current``."""
     version = int(data.get("schema_version", 1))
     if version > current:
@@ -60,7 +62,7 @@ def migrate(kind: str, data: dict, current: int) -> dict:
     return data
 
 
-def read_document(path: str | os.PathLike, cls: type[T], kind: str) -> T:
+def read_document(path: str | os.PathLike[str], cls: type[R], kind: str) -> R:
     """The JSON document of ``kind`` at ``path`` as ``cls``, migrated up to ``cls``'s schema_version first.
     Raises OSError when it cannot be read and ValueError when it is no JSON object, is newer than this kopt
     or is not a ``cls``."""
@@ -68,6 +70,8 @@ def read_document(path: str | os.PathLike, cls: type[T], kind: str) -> T:
     if not isinstance(data, dict):
         raise ValueError(f"{path} is not a JSON object")
     current = attrs.fields_dict(cls)["schema_version"].default
+    if not isinstance(current, int):
+        raise TypeError(f"{cls.__name__}.schema_version has no int default")
     try:
         return from_data(migrate(kind, data, current), cls)
     except cattrs.BaseValidationError as exc:

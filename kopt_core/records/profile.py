@@ -4,6 +4,7 @@ wrote about itself (profile.json)."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from attrs import field, frozen
 
@@ -45,7 +46,7 @@ class KernelProfile:
     duration_ms: float | None = None
     grid: str = ""
     block: str = ""
-    metrics: dict = field(factory=dict)  # ncu metric name -> MetricValue
+    metrics: dict[str, MetricValue] = field(factory=dict)  # ncu metric name -> MetricValue
     findings: tuple[RuleFinding, ...] = field(default=(), converter=as_tuple)
 
 
@@ -63,7 +64,7 @@ class ProfileLaunch:
     """How Nsight Compute should run a backend's artifact (the answer of ``kopt_profile``)."""
 
     kernel_filter: str | None = None  # an ncu --kernel-name value ("regex:..."); None keeps every kernel
-    env: dict = field(factory=dict)  # extra environment for the profiled process
+    env: dict[str, str] = field(factory=dict)  # extra environment for the profiled process
 
 
 @frozen
@@ -110,7 +111,7 @@ class ProfileSummary:
     ncu_duration_ms: float | None
     kernel_file: str | None = None
     backend: str | None = None
-    dims: dict | None = None
+    dims: dict[str, Any] | None = None
     attempts: tuple[NcuAttempt, ...] = field(default=(), converter=as_tuple)
     harness_median_ms: float | None = None
     harness_over_ncu: float | None = None  # harness median / ncu duration - 1
@@ -120,6 +121,6 @@ class ProfileSummary:
     schema_version: int = PROFILE_SCHEMA_VERSION
 
 
-def read_profile_summary(path: str | os.PathLike) -> ProfileSummary:
+def read_profile_summary(path: str | os.PathLike[str]) -> ProfileSummary:
     """A profile.json; OSError or ValueError when it cannot be read as one."""
     return read_document(path, ProfileSummary, "profile")

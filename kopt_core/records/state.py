@@ -6,6 +6,8 @@ the previous state readable and can be run again.
 
 from __future__ import annotations
 
+from typing import Any
+
 from attrs import field, frozen
 
 from kopt_core.records.backend import ProbeResult
@@ -111,7 +113,7 @@ class State:
     baseline_file: str
     ref_file: str
     best_file: str
-    dims: dict
+    dims: dict[str, Any]
     backend: str
     env: Env | None = None  # env.json as init read it
     best_metric_ms: float | None = None
@@ -129,7 +131,7 @@ class State:
     history: tuple[HistoryEntry, ...] = field(default=(), converter=as_tuple)
     roofline_history: tuple[RooflineHistoryEntry, ...] = field(default=(), converter=as_tuple)
     # the correct non-champion branches; nothing reads them by key yet, so they stay as the writer wrote them
-    frontier: tuple[dict, ...] = field(default=(), converter=as_tuple)
+    frontier: tuple[dict[str, Any], ...] = field(default=(), converter=as_tuple)
     run_status: str = (
         "initialized"  # initialized | seeded | running | awaiting_branches | completed | stopped
     )

@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
+from typing import Any
 
 from kopt_core.roofline.records import Ceilings
 
@@ -93,6 +94,7 @@ def _alloc(torch, nbytes: int, count: int, dtype) -> list:
 
 def _bandwidth_method(torch, name: str, tensor_bytes: int) -> dict:
     """One bandwidth method on fresh random tensors, freed on return: bytes moved per second."""
+    tensors: tuple[Any, ...]
     if name == "copy_":  # device-to-device copy: one read and one write per element
         src, dst = _alloc(torch, tensor_bytes, 2, torch.float32)
         fn, tensors, moved_per_tensor = (lambda: dst.copy_(src)), (src, dst), 2

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from kopt_core.roofline.heuristic import bottleneck_gaps
 from kopt_core.roofline.model import why_no_roofline, workload_roofline
@@ -25,7 +25,7 @@ from kopt_core.roofline.reading import (
     known,
     pct,
 )
-from kopt_core.roofline.records import AXES, Ceilings, Roofline
+from kopt_core.roofline.records import AXES, Bound, Ceilings, Roofline
 from kopt_core.roofline.top import build_ncu_top, metric_values  # noqa: F401
 
 BUDGET_TOTAL = 3
@@ -39,6 +39,8 @@ STALL_SUFFIX = "_pct"
 # Reasons a warp is counted in that are not waiting on anything: "selected" is the warp that issued,
 # "not_selected" was ready but another warp issued (plenty of parallelism, not a latency problem).
 NOT_LATENCY_STALLS = frozenset({"warp_stall_selected_pct", "warp_stall_not_selected_pct"})
+
+_Axis = Literal["compute", "memory"]  # the axes with a utilisation (and, on the roofline, a floor)
 
 
 def compute_roofline(
@@ -58,10 +60,12 @@ def compute_roofline(
     """
     duration = known(duration_ms)
     why_not = why_no_roofline(workload, duration, ceilings)
-    if why_not is None:
-        reading = workload_roofline(workload, duration, ceilings, peak_dtype)
-    else:
+    if why_not is not None:
         reading = bottleneck_gaps(metrics, why_not)
+    elif duration is None or ceilings is None:  # why_no_roofline gives a reason for either
+        raise ValueError("why_no_roofline accepted a roofline without a duration or ceilings")
+    else:
+        reading = workload_roofline(workload, duration, ceilings, peak_dtype)
     delta_latency, latency_metric, latency_reason = latency_gap(metrics)
     reasons = [*reading.reasons, latency_reason]
     bound = _saturated_unit(metrics, reasons) or _bound(reading, delta_latency, reasons)
@@ -91,12 +95,12 @@ def compute_roofline(
 
 def latency_gap(metrics: Mapping[str, Any]) -> tuple[float | None, str | None, str]:
     """(delta_latency, the stall key it came from, the reason in words)."""
-    shares = {
+    stalls = {
         key: known(value)
         for key, value in metrics.items()
         if key.startswith(STALL_PREFIX) and key.endswith(STALL_SUFFIX) and key not in NOT_LATENCY_STALLS
     }
-    shares = {key: value for key, value in shares.items() if value is not None}
+    shares = {key: value for key, value in stalls.items() if value is not None}
     if not shares:
         return None, None, "latency gap unknown: no warp-stall share was measured"
     # the largest share; ties go to the key that sorts first, so the answer does not depend on order
@@ -108,11 +112,11 @@ def latency_gap(metrics: Mapping[str, Any]) -> tuple[float | None, str | None, s
 # ------------------------------------------------------------------------------------------- the bound
 
 
-def _saturated_unit(metrics: Mapping[str, Any], reasons: list[str]) -> str | None:
+def _saturated_unit(metrics: Mapping[str, Any], reasons: list[str]) -> _Axis | None:
     """The axis of a unit ncu saw saturated (speed of light >= SATURATED_PCT), if any: that unit bounds the
     kernel whatever the DRAM roofline says (a naive SGEMM is bound by L1 traffic that bytes_min cannot
     see). The busier of compute and memory wins."""
-    sol = {
+    sol: dict[_Axis, float | None] = {
         "compute": known(metrics.get("sm_throughput_pct")),
         "memory": known(metrics.get("memory_throughput_pct")),
     }
@@ -127,7 +131,7 @@ def _saturated_unit(metrics: Mapping[str, Any], reasons: list[str]) -> str | Non
     return axis
 
 
-def _bound(reading: AxisReading, delta_latency: float | None, reasons: list[str]) -> str:
+def _bound(reading: AxisReading, delta_latency: float | None, reasons: list[str]) -> Bound:
     compute_util, memory_util = reading.compute_util, reading.memory_util
     if compute_util is None and memory_util is None:
         reasons.append("bound unknown: neither the compute nor the memory gap is known")
@@ -143,6 +147,7 @@ def _bound(reading: AxisReading, delta_latency: float | None, reasons: list[str]
             f"largest stall share is {pct(delta_latency)}"
         )
         return "latency"
+    axis: _Axis
     if compute_util is None or memory_util is None:
         axis = "compute" if compute_util is not None else "memory"
         other = "memory" if axis == "compute" else "compute"
@@ -150,6 +155,9 @@ def _bound(reading: AxisReading, delta_latency: float | None, reasons: list[str]
         return axis
     if reading.label == LABEL_ROOFLINE:
         compute_floor, memory_floor = reading.compute_floor_s, reading.memory_floor_s
+        if compute_floor is None or memory_floor is None:
+            # model.workload_roofline sets each floor with its utilisation, and both are known here
+            raise ValueError("a workload roofline reading with both utilisations but not both floors")
         axis = "compute" if compute_floor >= memory_floor else "memory"
         reasons.append(
             f"bound {axis}: compute floor {compute_floor * 1e3:.4g} ms vs memory floor "
@@ -172,7 +180,12 @@ def _near_peak(deltas: Mapping[str, float | None], label: str, below_floor: bool
         return False, "near_peak false: gap unknown for " + ", ".join(unknown)
     if below_floor:
         return False, "near_peak false: the measured time is below the roofline floor"
-    high = [f"{axis} {deltas[axis]:.3f}" for axis in AXES if deltas[axis] >= NEAR_PEAK_DELTA]
+    # every delta is known here: the walrus only narrows the type
+    high = [
+        f"{axis} {delta:.3f}"
+        for axis in AXES
+        if (delta := deltas[axis]) is not None and delta >= NEAR_PEAK_DELTA
+    ]
     if high:
         return False, f"near_peak false: gap at or above {NEAR_PEAK_DELTA} for " + ", ".join(high)
     return True, f"near_peak true: all three gaps below {NEAR_PEAK_DELTA} on the workload roofline"

@@ -61,6 +61,10 @@ def workload_roofline(
     of ``ceilings.flops_per_s`` the kernel's math runs at."""
     flops = workload_field(workload, "flops")
     bytes_min = workload_field(workload, "bytes_min")
+    if flops is None or bytes_min is None:
+        raise ValueError(
+            "workload_roofline needs a workload model with flops and bytes_min (why_no_roofline)"
+        )
     seconds = duration / 1e3
     achieved = Achieved(
         flops_per_s=flops / seconds,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kopt_core.roofline.reading import format_rate
-from kopt_core.roofline.records import AXES, Roofline
+from kopt_core.roofline.records import AXES, Achieved, Ceilings, Roofline
 
 
 def _figure():
@@ -20,9 +20,10 @@ def _figure():
     return fig
 
 
-def _can_draw_roofline(roofline: Roofline) -> bool:
+def _roofline_parts(roofline: Roofline) -> tuple[Achieved, Ceilings, float] | None:
+    """(achieved, ceilings, arithmetic intensity) when the roofline can be drawn, else None."""
     a, c = roofline.achieved, roofline.ceilings
-    return (
+    if (
         roofline.label == "roofline"
         and a is not None
         and c is not None
@@ -30,7 +31,9 @@ def _can_draw_roofline(roofline: Roofline) -> bool:
         and a.arithmetic_intensity > 0
         and a.flops_per_s > 0
         and c.bandwidth_bytes_per_s > 0
-    )
+    ):
+        return a, c, a.arithmetic_intensity
+    return None
 
 
 def plot_roofline(roofline: Roofline, path) -> Path:
@@ -38,8 +41,9 @@ def plot_roofline(roofline: Roofline, path) -> Path:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fig = _figure()
-    if _can_draw_roofline(roofline):
-        _draw_roofline(fig, roofline)
+    parts = _roofline_parts(roofline)
+    if parts is not None:
+        _draw_roofline(fig, roofline, *parts)
     else:
         _draw_gaps(fig, roofline)
     fig.tight_layout()
@@ -47,12 +51,10 @@ def plot_roofline(roofline: Roofline, path) -> Path:
     return target
 
 
-def _draw_roofline(fig, r: Roofline) -> None:
+def _draw_roofline(fig, r: Roofline, a: Achieved, c: Ceilings, intensity: float) -> None:
     ax = fig.add_subplot(1, 1, 1)
-    a, c = r.achieved, r.ceilings
     bandwidth = c.bandwidth_bytes_per_s
     peak = c.flops_per_s.get(r.peak_dtype) if r.peak_dtype else None
-    intensity = a.arithmetic_intensity
     ridge = peak / bandwidth if peak else None
 
     anchors = [intensity] + ([ridge] if ridge else [])

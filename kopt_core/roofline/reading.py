@@ -5,15 +5,16 @@ the workload roofline (``kopt_core.roofline.model``) and the bottleneck-gap heur
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Final
 
 from attrs import field, frozen
 
 from kopt_core.records.fields import as_tuple
-from kopt_core.roofline.records import Achieved, Ceilings
+from kopt_core.roofline.records import Achieved, Ceilings, Label
 
-LABEL_ROOFLINE = "roofline"
-LABEL_HEURISTIC = "bottleneck-gap heuristic"
+# Final: their types are the Literal values roofline.json's ``label`` takes (``records.Label``)
+LABEL_ROOFLINE: Final = "roofline"
+LABEL_HEURISTIC: Final = "bottleneck-gap heuristic"
 
 SATURATED_PCT = 80.0  # a unit this busy is a bound of the kernel (ncu's speed-of-light reading)
 
@@ -24,7 +25,7 @@ class AxisReading:
     with the reasons in the order roofline.json lists them. Achieved rates, ceilings, floors and the
     below-floor verdict exist on the workload roofline only."""
 
-    label: str
+    label: Label
     compute_util: float | None
     memory_util: float | None
     delta_compute: float | None

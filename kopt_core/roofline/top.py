@@ -57,7 +57,7 @@ def _evidence(row: Mapping, value: float, badness: float | None) -> str:
     derived_row = row.get("status") == "derived"
     name = str(row.get("key")) if derived_row else _short(str(row.get("ncu_name") or ""), str(row.get("key")))
     unit = str(row.get("unit") or "")
-    bad_when = row.get("bad_when")
+    bad_when = str(row.get("bad_when") or "neither")  # as _ranked reads it
     derived = " (derived)" if derived_row else ""
     utilisation = _is_utilisation(row)
     if _is_idle(value, unit, bad_when, utilisation):

@@ -1,1 +1,2 @@
-"""A run folder: its state.json / stop.json / env.json (store), layout, creation (init), summary and status."""
+"""A run folder: its state.json / stop.json / env.json (store), layout, creation (init), summary and
+status."""

@@ -57,8 +57,10 @@ def iteration_dirs(run_dir: str | os.PathLike) -> list[Path]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return []
-    found = [p for p in run_dir.iterdir() if p.is_dir() and iteration_number(p) is not None]
-    return sorted(found, key=lambda p: iteration_number(p))
+    found = [
+        (number, p) for p in run_dir.iterdir() if p.is_dir() and (number := iteration_number(p)) is not None
+    ]
+    return [p for _, p in sorted(found, key=lambda pair: pair[0])]
 
 
 def staging_dirs(run_dir: str | os.PathLike) -> list[Path]:

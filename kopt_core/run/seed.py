@@ -7,6 +7,7 @@ summary.md and leaves no ``iterv1/``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NoReturn
 
 from kopt_core.errors import (
     EXIT_CONFIG,
@@ -27,7 +28,7 @@ from kopt_core.steps.bench import exit_code, prepare, run_bench
 from kopt_core.steps.profile import load_ceilings, profile_prepared
 
 
-def stop_on_failure(store: RunStore, stage: str, error: KoptError, iteration: int | None = None) -> None:
+def stop_on_failure(store: RunStore, stage: str, error: KoptError, iteration: int | None = None) -> NoReturn:
     """Stop the run as docs/loop.md says (stop.json, run_status=stopped, summary.md) and re-raise."""
     store.write_stop(stage, str(error), error.exit_code, iteration=iteration)
     raise error
@@ -84,6 +85,8 @@ def seed_baseline(pm, store: RunStore, *, options: BenchOptions | None = None) -
                 raise kind(f"the baseline failed ({bench.error_stage}): {bench.error}")
             if bench.reference_timing is None or not bench.reference_timing.median_ms > 0:
                 raise ValidationError("the reference has no stable positive timing")
+            if bench.kernel_timing is None:  # the worker times every kernel that passed (exit code 0)
+                raise ValidationError("the baseline has no kernel timing")
             outcome = profile_prepared(
                 pm,
                 prepared,

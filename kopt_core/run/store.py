@@ -58,7 +58,8 @@ def now_iso() -> str:
 def _backend_from_v4(data: dict) -> str:
     """v4 (the shape before v5) has no top-level backend: the gate's env.json names it; else the
     baseline's suffix does (.cu is CUDA/CUTLASS, .py is Triton)."""
-    env = data.get("env") if isinstance(data.get("env"), dict) else {}
+    raw_env = data.get("env")
+    env: dict = raw_env if isinstance(raw_env, dict) else {}
     if env.get("backend"):
         return str(env["backend"])
     suffix = Path(str(data.get("baseline_file") or data.get("best_file") or "")).suffix
@@ -86,7 +87,8 @@ def state_v4_to_v5(data: dict) -> dict:
     hardware_attempts: env.attempts, else 0. verified_iterations / last_verified_iter: the history
     entries whose ``verified`` is true (only a literal true counts).
     """
-    env = data.get("env") if isinstance(data.get("env"), dict) else {}
+    raw_env = data.get("env")
+    env: dict = raw_env if isinstance(raw_env, dict) else {}
     history = [_history_v4(e) for e in data.get("history") or [] if isinstance(e, dict)]
     verified = [int(e["iteration"]) for e in history if e["verified"] and e.get("iteration") is not None]
     data["history"] = history
@@ -163,7 +165,8 @@ def read_record(path: Path, kind: str, version: int, cls, *, what: str, hint: st
 
 
 def read_env(path: str | os.PathLike) -> Env:
-    """An env.json written by the hardware gate. Missing or unreadable: a ConfigError saying to run the gate."""
+    """An env.json written by the hardware gate. Missing or unreadable: a ConfigError saying to run the
+    gate."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"env.json {path} does not exist", hint=GATE_HINT)
@@ -262,7 +265,8 @@ class RunStore:
 
     @contextmanager
     def locked(self, step: str) -> Iterator[dict]:
-        """Hold the run's exclusive lock for ``step``; raise RunLocked (naming the holder) if another has it."""
+        """Hold the run's exclusive lock for ``step``; raise RunLocked (naming the holder) if another has
+        it."""
         if not self.run_dir.is_dir():
             raise ConfigError(f"run folder {self.run_dir} does not exist")
         fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)

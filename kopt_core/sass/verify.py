@@ -250,7 +250,7 @@ def _check(method: str, rule: SassRule, listing: SassListing, baseline: SassList
             if matched:
                 return verdict("pass", f"found {sum(matched.values())} matching instruction(s)")
             return verdict("fail", "no instruction matches")
-        missing = [p for p, found in zip(rule.patterns, per_pattern) if not found]
+        missing = [p for p, found in zip(rule.patterns, per_pattern, strict=True) if not found]
         if missing:
             return verdict("fail", f"nothing matches {', '.join(missing)}")
         return verdict("pass", "every pattern matches")
@@ -272,7 +272,7 @@ def _check(method: str, rule: SassRule, listing: SassListing, baseline: SassList
     else:
         pairs = [
             (p, sum(found.values()), sum(_matches(p, base_counts).values()))
-            for p, found in zip(rule.patterns, per_pattern)
+            for p, found in zip(rule.patterns, per_pattern, strict=True)
         ]
     ok = all((cand > base) if more else (cand < base) for _, cand, base in pairs)
     detail = "; ".join(f"{p}: {cand} vs baseline {base}" for p, cand, base in pairs)

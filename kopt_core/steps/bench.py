@@ -50,6 +50,12 @@ def check_candidate(
     report = backend_hooks(pm, candidate.backend).preflight(candidate, dims, ref)
     if report.problems:
         raise ConfigError(f"{candidate.path}: " + "; ".join(report.problems))
+    if report.interface is None:
+        raise ConfigError(
+            f"{candidate.path}: the {candidate.backend} backend's kopt_preflight reported no problem but "
+            "no kernel interface",
+            hint="its plugin is broken: a preflight without problems must return the parsed interface",
+        )
     warnings = check_contract(report.interface, ref, dims)
     return PreflightReport(
         backend=report.backend, interface=report.interface, warnings=tuple(report.warnings) + tuple(warnings)

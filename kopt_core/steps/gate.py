@@ -60,7 +60,8 @@ MARKER = "KOPT_GATE "
 PERMISSION_ERROR = "ERR_NVGPUCTRPERM"
 PERMISSION_FIX = (
     "run as root, or set the nvidia module option NVreg_RestrictProfilingToAdminUsers=0 (e.g. "
-    "'options nvidia NVreg_RestrictProfilingToAdminUsers=0' in /etc/modprobe.d/, then reload the driver or reboot)"
+    "'options nvidia NVreg_RestrictProfilingToAdminUsers=0' in /etc/modprobe.d/, then reload the driver "
+    "or reboot)"
 )
 
 # Creates a CUDA context, runs a kernel whose result is checked, and prints what the device is.
@@ -79,9 +80,9 @@ try:
     free, _ = torch.cuda.mem_get_info(index)
     print("KOPT_GATE " + json.dumps({
         "ok": True, "name": props.name, "capability": f"{props.major}.{props.minor}",
-        "sm_count": props.multi_processor_count, "memory_bytes": props.total_memory, "free_memory_bytes": free,
-        "device_index": index, "device_count": torch.cuda.device_count(), "torch": torch.__version__,
-        "torch_cuda": torch.version.cuda or "",
+        "sm_count": props.multi_processor_count, "memory_bytes": props.total_memory,
+        "free_memory_bytes": free, "device_index": index, "device_count": torch.cuda.device_count(),
+        "torch": torch.__version__, "torch_cuda": torch.version.cuda or "",
     }), flush=True)
 except BaseException as exc:
     print("KOPT_GATE " + json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}), flush=True)
@@ -328,7 +329,8 @@ def run_gate(
     on_progress: Callable[[str], None] | None = None,
 ) -> Env:
     """The strict hardware gate (module docstring). Writes env.json to ``out`` (also when it refuses)
-    and returns the Env. Raises ConfigError only for a bad request (unknown backend, attempts out of range)."""
+    and returns the Env. Raises ConfigError only for a bad request (unknown backend, attempts out of
+    range)."""
     if not 1 <= attempts <= MAX_ATTEMPTS:
         raise ConfigError(f"attempts must be between 1 and {MAX_ATTEMPTS}, not {attempts}")
     registry = BackendRegistry.from_plugins(pm)
@@ -343,7 +345,8 @@ def run_gate(
     found: Discovery | None = None
     for attempt in range(1, attempts + 1):
         say(
-            f"attempt {attempt}/{attempts}: looking for tools, the GPU, a CUDA context and the {backend} backend"
+            f"attempt {attempt}/{attempts}: looking for tools, the GPU, a CUDA context and the {backend} "
+            "backend"
         )
         found = discover(pm, registry, backend, versions)
         if not found.problems:

@@ -26,7 +26,7 @@ from pathlib import Path
 import attrs
 
 from kopt_core.backends import backend_hooks
-from kopt_core.errors import ConfigError, ValidationError
+from kopt_core.errors import ConfigError, HardwareError, ValidationError
 from kopt_core.jsonio import read_json, write_json, write_text_atomic
 from kopt_core.ncu import runner
 from kopt_core.ncu.metrics import load_registry, resolve
@@ -35,6 +35,7 @@ from kopt_core.records import (
     BenchOptions,
     BenchRequest,
     BenchResult,
+    KernelProfile,
     ProfiledKernel,
     ProfileReport,
     ProfileSummary,
@@ -106,6 +107,13 @@ def reference_evidence(reference: str | Path | None, dims: dict) -> tuple[dict |
     return model, peak_dtype(model, described_inputs(ref, dims))
 
 
+def _aggregate(report: ProfileReport) -> KernelProfile:
+    """The report's aggregate kernel; the parsers raise before returning a report without kernels."""
+    if report.aggregate is None:
+        raise HardwareError(f"ncu report has no kernels: {report.source or 'the report'} lists none")
+    return report.aggregate
+
+
 def analyse(
     report: ProfileReport,
     out_dir: Path,
@@ -121,10 +129,11 @@ def analyse(
     """ncu_top.json, roofline.json and roofline.png (each after ``prefix``) from a parsed report (live or
     imported)."""
     registry = load_registry()
-    kernel = report.aggregate
+    kernel = _aggregate(report)
+    resolved = resolve(registry, kernel)  # keyed by the registry's (unique) keys, in its order
     rows = [
-        {**attrs.asdict(r), "axis": registry.get(key).axis, "bad_when": registry.get(key).bad_when}
-        for key, r in resolve(registry, kernel).items()
+        {**attrs.asdict(resolved[spec.key]), "axis": spec.axis, "bad_when": spec.bad_when}
+        for spec in registry.metrics
     ]
     ncu_top = build_ncu_top(
         rows,
@@ -200,6 +209,8 @@ def profile_prepared(
         raise ValidationError(
             f"{prepared.candidate.path} failed validation, so it is not profiled: {bench.error}"
         )
+    if bench.kernel_timing is None:  # the worker times every kernel whose timing is valid
+        raise ValidationError(f"{prepared.candidate.path} has no kernel timing, so it is not profiled")
     harness_ms = bench.kernel_timing.median_ms
     request = BenchRequest(
         artifact=prepared.artifact, reference=prepared.reference_path, dims=prepared.dims, options=QUICK
@@ -232,7 +243,7 @@ def profile_prepared(
         peak_dtype=peak_dtype(model, [(b.dtype, b.bytes) for b in bench.buffers if b.role != "output"]),
         prefix=prefix,
     )
-    ncu_ms = report.aggregate.duration_ms
+    ncu_ms = _aggregate(report).duration_ms
     sass = keep_disassembly(pm, prepared.artifact, out_dir / f"{name}.sass")
     summary = ProfileSummary(
         report=str(report_path),
@@ -292,7 +303,7 @@ def import_profile(
         bundle=bundle,
         bundle_reason=reason,
         kernels=kernel_rows(report),
-        ncu_duration_ms=report.aggregate.duration_ms,
+        ncu_duration_ms=_aggregate(report).duration_ms,
     )
     write_json(out_dir / "profile.json", to_data(summary))
     return ProfileOutcome(out_dir=out_dir, report=report, ncu_top=ncu_top, roofline=roofline, summary=summary)

@@ -50,7 +50,8 @@ def test_gate_allows_generation_on_the_gpu(tmp_path):
     ceilings = env["ceilings"]
     bandwidth, bf16 = ceilings["bandwidth_bytes_per_s"], ceilings["flops_per_s"]["bfloat16"]
     print(
-        f"\n[gate] {env['gpu']['name']}: bandwidth {bandwidth / 1e12:.3f} TB/s, bf16 {bf16 / 1e12:.1f} TFLOP/s; "
+        f"\n[gate] {env['gpu']['name']}: bandwidth {bandwidth / 1e12:.3f} TB/s, "
+        f"bf16 {bf16 / 1e12:.1f} TFLOP/s; "
         f"tools: " + ", ".join(f"{n} {t['version']}" for n, t in tools.items())
     )
     if "H200" in env["gpu"]["name"]:

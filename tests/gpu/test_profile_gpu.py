@@ -47,7 +47,8 @@ def kopt_profile(kernel: Path, ref: Path, out: Path, *args: str) -> tuple[int, d
 def _show(label: str, summary: dict, out: Path) -> dict:
     roofline = json.loads((out / "roofline.json").read_text())
     print(
-        f"\n[{label}] ncu {summary['ncu_duration_ms']:.4f} ms vs kopt median {summary['harness_median_ms']:.4f} ms "
+        f"\n[{label}] ncu {summary['ncu_duration_ms']:.4f} ms "
+        f"vs kopt median {summary['harness_median_ms']:.4f} ms "
         f"({summary['harness_over_ncu']:+.2%}); bundle {summary['bundle']} ({summary['bundle_reason']}); "
         f"ncu took {summary['ncu_seconds']:.1f} s of {summary['total_seconds']:.1f} s; "
         f"gaps c={roofline['delta_compute']} m={roofline['delta_memory']} l={roofline['delta_latency']} "

@@ -28,8 +28,8 @@ SGEMM = {"flops": 2.0 * N**3, "bytes_min": 4.0 * 3 * N**2}
 SGEMM_MS = 3.140224
 
 
-def budget(c, m, l):
-    return axis_budget({"compute": c, "memory": m, "latency": l})[0]
+def budget(compute, memory, latency):
+    return axis_budget({"compute": compute, "memory": memory, "latency": latency})[0]
 
 
 def as_tuple(b):
@@ -73,7 +73,7 @@ def test_budget_total_and_cap(deltas):
     # with two or more known non-zero gaps, the total is exactly 3
     if len(known_nonzero) >= 2:
         assert sum(b.values()) == 3
-    for axis, d in zip(("compute", "memory", "latency"), deltas):
+    for axis, d in zip(("compute", "memory", "latency"), deltas, strict=True):
         if not d:
             assert b[axis] == 0
 

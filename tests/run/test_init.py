@@ -1,4 +1,5 @@
-"""kopt init: static checks, env.json, options, then a run folder with only baseline/, env.json, state.json."""
+"""kopt init: static checks, env.json, options, then a run folder with only baseline/, env.json,
+state.json."""
 
 from __future__ import annotations
 

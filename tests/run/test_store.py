@@ -1,4 +1,5 @@
-"""RunStore: state.json round trip, migrations from v4, atomic saves under SIGKILL, the run lock, stop.json."""
+"""RunStore: state.json round trip, migrations from v4, atomic saves under SIGKILL, the run lock,
+stop.json."""
 
 from __future__ import annotations
 

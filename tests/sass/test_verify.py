@@ -10,13 +10,15 @@ import jsonschema
 import pytest
 
 from kopt_core.errors import ConfigError
-
-sv = importlib.import_module("kopt_core.sass.verify")
 from kopt_core.sass import load_signatures, parse_sass, verify, verify_file
+
+# by name: the package's ``verify`` (the function) hides the submodule from attribute access
+sv = importlib.import_module("kopt_core.sass.verify")
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "h200"
 METHODS = """compute.tensor_core compute.wgmma compute.warp_specialization compute.fp8 compute.tf32
-compute.register_tiling compute.fast_math compute.packed_half2 compute.loop_unrolling compute.strength_reduction
+compute.register_tiling compute.fast_math compute.packed_half2 compute.loop_unrolling
+compute.strength_reduction
 compute.split_k compute.stream_k compute.persistent_kernel compute.thread_block_clusters
 compute.warp_shuffle_reduction memory.coalescing memory.vectorized_access memory.smem_tiling memory.cp_async
 memory.tma memory.tma_multicast memory.bank_conflict_avoidance memory.ldmatrix memory.read_only_cache

@@ -25,7 +25,8 @@ rtol = 1e-2
 
 
 def buffers(M: int, N: int, K: int) -> dict[str, dict]:
-    """A (M, K) and B stored as (N, K) (B column-major) are random fp16 inputs; C (M, N) fp16 is the output."""
+    """A (M, K) and B stored as (N, K) (B column-major) are random fp16 inputs; C (M, N) fp16 is the
+    output."""
     return {
         "A": {"shape": (M, K), "dtype": "float16", "role": "input", "init": "randn"},
         "B": {"shape": (N, K), "dtype": "float16", "role": "input", "init": "randn"},
