@@ -14,10 +14,9 @@ from kopt_core.ncu.runner import find_ncu
 from kopt_core.records import read_bench_result, read_profile_summary
 from kopt_core.records.state import RooflineHistoryEntry, State
 from kopt_core.run.layout import baseline_dir, iteration_dir, publish, staging_dir
-from kopt_core.run.seed import ceilings_of, profile_problem, stop_on_failure
+from kopt_core.run.seed import ceilings_of, prepare_in_run, profile_problem, stop_on_failure
 from kopt_core.run.store import RunStore
 from kopt_core.run.summary import render_summary
-from kopt_core.steps.bench import prepare
 from kopt_core.steps.profile import profile_prepared
 
 
@@ -77,14 +76,7 @@ def open_iteration(pm, store: RunStore, iteration: int) -> Path:
         shutil.rmtree(staging, ignore_errors=True)  # a killed earlier attempt left it
         try:
             recheck_hardware()
-            prepared = prepare(
-                pm,
-                state.best_file,
-                state.ref_file,
-                dict(state.dims),
-                backend=state.backend,
-                purpose="open an iteration",
-            )
+            prepared = prepare_in_run(pm, state, "open an iteration")
             outcome = profile_prepared(
                 pm,
                 prepared,
@@ -126,15 +118,12 @@ def profile_in_run(pm, store: RunStore, iteration: int, which: str) -> Path:
         if which == "best_input":
             kernel = Path(state.best_file)
         else:
-            kernel = (
-                folder / f"kernel{Path(state.best_file).suffix}"
-            )  # the champion, in the baseline's language
+            # The champion, in the baseline's language.
+            kernel = folder / f"kernel{Path(state.best_file).suffix}"
             if not kernel.is_file():
                 raise ConfigError(f"{folder} has no champion {kernel.name} yet: explore the branches first")
         try:
-            prepared = prepare(
-                pm, kernel, state.ref_file, dict(state.dims), backend=state.backend, purpose="profile it"
-            )
+            prepared = prepare_in_run(pm, state, "profile it", kernel=kernel)
             outcome = profile_prepared(
                 pm,
                 prepared,

@@ -7,7 +7,7 @@ summary.md and leaves no ``iterv1/``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from kopt_core.errors import (
     EXIT_CONFIG,
@@ -24,8 +24,11 @@ from kopt_core.roofline.records import Ceilings
 from kopt_core.run.layout import baseline_dir
 from kopt_core.run.store import RunStore
 from kopt_core.run.summary import render_summary
-from kopt_core.steps.bench import exit_code, prepare, run_bench
+from kopt_core.steps.bench import Prepared, exit_code, prepare, run_bench
 from kopt_core.steps.profile import load_ceilings, profile_prepared
+
+if TYPE_CHECKING:
+    from kopt_core.plugins import PluginManager
 
 
 def stop_on_failure(store: RunStore, stage: str, error: KoptError, iteration: int | None = None) -> NoReturn:
@@ -56,6 +59,21 @@ def profile_problem(outcome) -> str | None:
     return None
 
 
+def prepare_in_run(
+    pm: PluginManager, state: State, purpose: str, kernel: str | Path | None = None
+) -> Prepared:
+    """A kernel of the run (the current best unless ``kernel`` is given), checked and built against the
+    run's reference, dims and backend."""
+    return prepare(
+        pm,
+        kernel or state.best_file,
+        state.ref_file,
+        dict(state.dims),
+        backend=state.backend,
+        purpose=purpose,
+    )
+
+
 def seed_baseline(pm, store: RunStore, *, options: BenchOptions | None = None) -> State:
     with store.locked("seed"):
         state = store.load()
@@ -69,14 +87,7 @@ def seed_baseline(pm, store: RunStore, *, options: BenchOptions | None = None) -
                 raise HardwareError(
                     "the hardware gate did not allow generation (env.json); run `kopt gate` again"
                 )
-            prepared = prepare(
-                pm,
-                state.best_file,
-                state.ref_file,
-                dict(state.dims),
-                backend=state.backend,
-                purpose="seed the run",
-            )
+            prepared = prepare_in_run(pm, state, "seed the run")
             bench = run_bench(pm, prepared, options or BenchOptions())
             write_json(folder / "bench.json", to_data(bench))
             code = exit_code(bench)
