@@ -35,11 +35,13 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(target)  # a failed write or fsync (no space left...) names its target
         raise
     dir_fd = os.open(target.parent, os.O_RDONLY)
     try:

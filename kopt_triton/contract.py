@@ -41,6 +41,15 @@ def read_tree(path: str | Path) -> tuple[str, ast.Module]:
         tree = ast.parse(source, filename=str(path))
     except SyntaxError as exc:
         where = f"{path}:{exc.lineno}" if exc.lineno else str(path)
+        if path.suffix != ".py":  # e.g. --backend triton on a .cu file: not a Python typo to fix
+            raise ConfigError(
+                f"{path} is not a Triton module: the triton backend reads Python source, and "
+                f"{f'line {exc.lineno}' if exc.lineno else 'the file'} is not Python ({exc.msg})",
+                hint=f"{path.name} looks like a CUDA kernel: pass --backend cuda, or leave --backend out "
+                "and kopt picks the backend from the file's suffix"
+                if path.suffix in (".cu", ".cuh")
+                else "leave --backend out and kopt picks the backend from the file's suffix",
+            ) from None
         raise ConfigError(
             f"{where}: syntax error: {exc.msg}",
             hint="fix the Python syntax; kopt reads the file before running anything",

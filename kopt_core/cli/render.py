@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from kopt_core.records import BenchResult, TimingStats
 from kopt_core.run.summary import fmt_ms
@@ -12,25 +14,43 @@ out = Console()
 err = Console(stderr=True)
 
 
+# Every message, path, compiler output and value shown here is foreign text: a file name like `[/].cu`, an
+# exception saying "shape [/batch, N]" or nvcc quoting `y[i]` must reach the user verbatim. So messages are
+# printed as plain Text (no markup parsed), and table cells, titles and labels pass what is not kopt's own
+# markup through `escape`. Columns holding paths fold instead of cutting with "...".
+
+
 def error(message: str) -> None:
-    err.print(f"[bold red]kopt: error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
+    """``kopt: error: MESSAGE`` on stderr; MESSAGE is printed verbatim (never read as markup)."""
+    err.print(Text.assemble(("kopt: error:", "bold red"), " ", str(message)), highlight=False, soft_wrap=True)
 
 
 def warning(message: str) -> None:
-    err.print(f"[yellow]kopt: warning:[/] {message}", highlight=False, soft_wrap=True)
+    """``kopt: warning: MESSAGE`` on stderr; MESSAGE is printed verbatim (never read as markup)."""
+    err.print(Text.assemble(("kopt: warning:", "yellow"), " ", str(message)), highlight=False, soft_wrap=True)
+
+
+def _table(title: str, *columns: str, show_header: bool = True) -> Table:
+    """A table whose TITLE (foreign text) is escaped and whose columns fold long words (paths, kernel
+    names) rather than cut them."""
+    table = Table(title=escape(title), show_header=show_header)
+    for column in columns:
+        table.add_column(column, overflow="fold", style="bold" if column == "what" else None)
+    return table
 
 
 def backends_table(rows: list[dict]) -> None:
-    table = Table(title="kopt backends")
-    for column in ("backend", "suffixes", "available", "why not / where"):
-        table.add_column(column)
+    table = _table("kopt backends", "backend", "suffixes", "available", "why not / where")
     for row in rows:
         details = row.get("details") or {}
         where = row["reason"] or ", ".join(
             f"{k}={v}" for k, v in details.items() if isinstance(v, (str, int)) and v
         )
         table.add_row(
-            row["name"], " ".join(row["suffixes"]), "yes" if row["available"] else "[red]no[/]", where
+            escape(row["name"]),
+            escape(" ".join(row["suffixes"])),
+            "yes" if row["available"] else "[red]no[/]",
+            escape(where),
         )
     out.print(table)
 
@@ -44,24 +64,22 @@ def _timing_row(table: Table, label: str, stats: TimingStats | None) -> None:
     table.add_row(
         "",
         f"n={stats.n} x {stats.launches_per_sample} launch(es), CV {stats.cv:.2%}, "
-        f"median +-{stats.median_ci_rel:.2%} (95%), {stats.stop_reason}",
+        f"median +-{stats.median_ci_rel:.2%} (95%), {escape(stats.stop_reason)}",
     )
-    table.add_row("", f"{stats.mode}, L2 {stats.l2}, {stats.clock}")
+    table.add_row("", escape(f"{stats.mode}, L2 {stats.l2}, {stats.clock}"))
 
 
 def bench_report(result: BenchResult) -> None:
     ok = result.status == "ok" and result.correctness_pass and result.timing_valid
-    table = Table(title=f"kopt bench: {result.kernel}", show_header=False)
-    table.add_column("what", style="bold")
-    table.add_column("value")
-    table.add_row("verdict", "[green]PASS[/]" if ok else f"[red]{result.status.upper()}[/]")
+    table = _table(f"kopt bench: {result.kernel}", "what", "value", show_header=False)
+    table.add_row("verdict", "[green]PASS[/]" if ok else f"[red]{escape(result.status.upper())}[/]")
     if result.error:
-        table.add_row("error", f"[red]{result.error}[/] (stage: {result.error_stage})")
+        table.add_row("error", f"[red]{escape(result.error)}[/] (stage: {escape(str(result.error_stage))})")
     device = result.device
     if device.capability:
-        table.add_row("device", f"{device.name} (sm {device.capability}, {device.sm_count} SMs)")
+        table.add_row("device", escape(f"{device.name} (sm {device.capability}, {device.sm_count} SMs)"))
     elif device.name:
-        table.add_row("device", device.name)
+        table.add_row("device", escape(device.name))
     if result.build is not None:
         b = result.build
         res = "; ".join(
@@ -71,25 +89,30 @@ def bench_report(result: BenchResult) -> None:
         )
         table.add_row(
             "build",
-            f"{b.compiler} {b.arch}, {'cache hit' if b.cache_hit else 'built'} in {b.build_seconds:.1f} s",
+            escape(
+                f"{b.compiler} {b.arch}, {'cache hit' if b.cache_hit else 'built'} in {b.build_seconds:.1f} s"
+            ),
         )
         if res:
-            table.add_row("", res)
+            table.add_row("", escape(res))
     for buf in result.buffers:
         table.add_row(
-            f"buffer {buf.name}", f"{buf.role} {buf.dtype}{list(buf.realised_shape)} ({buf.sized_by})"
+            escape(f"buffer {buf.name}"),
+            escape(f"{buf.role} {buf.dtype}{list(buf.realised_shape)} ({buf.sized_by})"),
         )
     if result.tolerance is not None:
         table.add_row(
             "tolerance",
-            f"atol {result.tolerance.atol:g}, rtol {result.tolerance.rtol:g} ({result.tolerance.source})",
+            escape(
+                f"atol {result.tolerance.atol:g}, rtol {result.tolerance.rtol:g} ({result.tolerance.source})"
+            ),
         )
     for check in result.correctness:
         worst = max((c.max_abs_err or 0.0 for c in check.buffers), default=0.0)
-        state = "[green]pass[/]" if check.passed else f"[red]fail[/] {check.message}"
+        state = "[green]pass[/]" if check.passed else f"[red]fail[/] {escape(str(check.message))}"
         table.add_row(
             f"seed {check.seed}",
-            f"{check.phase}, outputs {check.output_init}: {state} (max abs err {worst:.3g})",
+            f"{escape(f'{check.phase}, outputs {check.output_init}')}: {state} (max abs err {worst:.3g})",
         )
     if result.outputs_must_start_zeroed:
         table.add_row("note", "[yellow]the kernel relies on its outputs starting zeroed[/]")
@@ -110,13 +133,15 @@ def bench_report(result: BenchResult) -> None:
 
 def profile_report(outcome) -> None:
     roof, top, summary = outcome.roofline, outcome.ncu_top, outcome.summary
-    table = Table(title=f"kopt profile: {summary.kernel_file or summary.report}", show_header=False)
-    table.add_column("what", style="bold")
-    table.add_column("value")
-    table.add_row("report", summary.report)
-    table.add_row("bundle", f"{summary.bundle} ({summary.bundle_reason})")
+    table = _table(
+        f"kopt profile: {summary.kernel_file or summary.report}", "what", "value", show_header=False
+    )
+    table.add_row("report", escape(str(summary.report)))
+    table.add_row("bundle", escape(f"{summary.bundle} ({summary.bundle_reason})"))
     for kernel in summary.kernels:
-        table.add_row(f"kernel {kernel.id}", f"{kernel.name[:70]}: {fmt_ms(kernel.duration_ms)}")
+        table.add_row(
+            escape(f"kernel {kernel.id}"), escape(f"{kernel.name[:70]}: {fmt_ms(kernel.duration_ms)}")
+        )
     if summary.harness_over_ncu is not None:
         table.add_row(
             "ncu vs kopt",
@@ -131,14 +156,16 @@ def profile_report(outcome) -> None:
             ("latency", roof.delta_latency),
         )
     )
-    table.add_row(roof.label, f"gaps: {gaps}; bound: {roof.bound}; near peak: {roof.near_peak}")
-    table.add_row("axis budget", ", ".join(f"{k} {v}" for k, v in roof.axis_budget.items()))
+    table.add_row(
+        escape(roof.label), escape(f"gaps: {gaps}; bound: {roof.bound}; near peak: {roof.near_peak}")
+    )
+    table.add_row("axis budget", escape(", ".join(f"{k} {v}" for k, v in roof.axis_budget.items())))
     for axis, rows in top.axes.items():
         for row in rows:
-            table.add_row(f"top {axis}", row.evidence)
+            table.add_row(escape(f"top {axis}"), escape(row.evidence))
     if top.unknown:
-        table.add_row("unknown", ", ".join(top.unknown))
-    table.add_row("written", str(outcome.out_dir))
+        table.add_row("unknown", escape(", ".join(top.unknown)))
+    table.add_row("written", escape(str(outcome.out_dir)))
     out.print(table)
 
 
@@ -161,11 +188,7 @@ def _gpu_line(gpu) -> str:
 def gate_report(env) -> None:
     """The hardware gate's findings (an ``Env``): verdict, GPU, context, counters, tools, backend,
     ceilings."""
-    from rich.markup import escape
-
-    table = Table(title=f"kopt gate: {env.backend}", show_header=False)
-    table.add_column("what", style="bold")
-    table.add_column("value")
+    table = _table(f"kopt gate: {env.backend}", "what", "value", show_header=False)
     if env.generation_allowed:
         verdict = "[green]generation allowed[/]"
     elif env.diagnostic:
@@ -181,14 +204,17 @@ def gate_report(env) -> None:
     table.add_row("ncu counters", "[green]readable[/]" if env.can_read_counters else "[red]not readable[/]")
     for tool in env.tools:
         if tool.path:
-            table.add_row(tool.name, escape(tool.path + (f"  ({tool.version})" if tool.version else "")))
+            table.add_row(
+                escape(tool.name), escape(tool.path + (f"  ({tool.version})" if tool.version else ""))
+            )
         else:
             table.add_row(
-                tool.name, "[red]not found[/] [dim](looked in: " + escape(", ".join(tool.searched)) + ")[/]"
+                escape(tool.name),
+                "[red]not found[/] [dim](looked in: " + escape(", ".join(tool.searched)) + ")[/]",
             )
     probe = env.backend_probe
     table.add_row(
-        f"backend {env.backend}",
+        escape(f"backend {env.backend}"),
         "[green]available[/]"
         if probe is not None and probe.available
         else "[red]unavailable[/] " + escape(probe.reason if probe is not None else "(not probed)"),
@@ -196,7 +222,9 @@ def gate_report(env) -> None:
     ceilings = env.ceilings
     if ceilings is not None:
         rates = ", ".join(f"{name} {rate / 1e12:.1f}" for name, rate in ceilings.flops_per_s.items())
-        table.add_row("ceilings", f"{ceilings.bandwidth_bytes_per_s / 1e12:.2f} TB/s; TFLOP/s: {rates}")
+        table.add_row(
+            "ceilings", escape(f"{ceilings.bandwidth_bytes_per_s / 1e12:.2f} TB/s; TFLOP/s: {rates}")
+        )
     else:
         table.add_row("ceilings", "[dim]not measured[/]")
     for problem in env.problems:
@@ -205,15 +233,12 @@ def gate_report(env) -> None:
 
 
 def status_report(info: dict) -> None:
-
-    table = Table(title=f"kopt status: {info['run_dir']}", show_header=False)
-    table.add_column("what", style="bold")
-    table.add_column("value")
+    table = _table(f"kopt status: {info['run_dir']}", "what", "value", show_header=False)
     colour = {"stopped": "red", "completed": "green"}.get(info["run_status"], "cyan")
-    table.add_row("status", f"[{colour}]{info['run_status']}[/]")
+    table.add_row("status", f"[{colour}]{escape(str(info['run_status']))}[/]")
     if info["stop"]:
         stop = info["stop"]
-        table.add_row("stopped", f"stage {stop['stage']}, exit {stop['exit_code']}: {stop['reason']}")
+        table.add_row("stopped", escape(f"stage {stop['stage']}, exit {stop['exit_code']}: {stop['reason']}"))
     table.add_row(
         "iterations",
         f"{info['iterations_done']} done of {info['iterations_total']}, "
@@ -221,11 +246,11 @@ def status_report(info: dict) -> None:
     )
     speedup = f" ({info['speedup']:.3f}x)" if info["speedup"] else ""
     table.add_row("best", f"{fmt_ms(info['best_ms'])} vs baseline {fmt_ms(info['baseline_ms'])}{speedup}")
-    table.add_row("folders", " ".join(info["iteration_dirs"] + info["staging_dirs"]) or "-")
+    table.add_row("folders", escape(" ".join(info["iteration_dirs"] + info["staging_dirs"]) or "-"))
     lock = info["lock"]
     table.add_row(
         "lock",
-        f"held by pid {lock.get('pid')} ({lock.get('step')}, since {lock.get('started_at')})"
+        escape(f"held by pid {lock.get('pid')} ({lock.get('step')}, since {lock.get('started_at')})")
         if lock
         else "free",
     )
@@ -234,11 +259,14 @@ def status_report(info: dict) -> None:
 
 def sass_report(target, verdicts) -> None:
     colours = {"pass": "green", "fail": "red", "tool_error": "red", "inconclusive": "yellow"}
-    table = Table(title=f"kopt sass: {target}")
-    for column in ("method", "verdict", "found", "expected / why"):
-        table.add_column(column)
+    table = _table(f"kopt sass: {target}", "method", "verdict", "found", "expected / why")
     for v in verdicts:
         found = ", ".join(f"{name} x{count}" for name, count in v.matched) or "-"
         colour = colours.get(v.status, "white")
-        table.add_row(v.method, f"[{colour}]{v.status}[/]", found, v.reason or v.expected)
+        table.add_row(
+            escape(v.method),
+            f"[{colour}]{escape(v.status)}[/]",
+            escape(found),
+            escape(v.reason or v.expected),
+        )
     out.print(table)
