@@ -8,6 +8,15 @@ timings.
 The default stream is per-thread (``--default-stream per-thread``) on purpose: kopt captures the launches
 ``solve`` makes into a CUDA graph to time tiny kernels, and stream capture refuses work on the legacy
 default stream, which synchronises with every other stream.
+
+nvcc never sees a user's path. Its driver runs its sub-tools (the host compiler, cicc, ptxas) through a
+shell with the source and output names pasted in, so a file named ``k$(touch x).cu`` would run ``touch``
+and one with a quote in its name would break the build. So nvcc runs in a fresh temporary folder with a
+plain path (``kopt-nvcc-*``, also its TMPDIR), with relative names kopt chose: the sources copied in as
+``kernel.cu`` (``source1.cu``...), the folders they include from reached through symlinks ``src0``
+(``src1``...) given as ``-iquote`` (searched as the folder of the including file would be), the flags'
+``-I`` folders through symlinks ``inc0``..., and the library written as ``../../lib.so``, then moved into
+the cache. Compiler messages are mapped back to the user's names.
 """
 
 from __future__ import annotations
@@ -16,6 +25,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import tempfile
 import time
 from functools import cache
 from pathlib import Path
@@ -35,8 +46,26 @@ BUILD_TIMEOUT_S = 600.0
 LIBRARY = "lib.so"  # the product in a cache entry
 LAUNCHER = "kopt_cuda.launch:load"  # how the harness loads a built library (CUDA and CUTLASS alike)
 # Bump when the way a build is made or stored changes, so old cache entries are not reused.
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2  # 2: nvcc builds copies with safe names (the line info names kernel.cu)
 _ERROR_LINES = 30
+# nvcc's folder: a fresh temporary folder with a plain path (nvcc pastes it into shell commands and the
+# PTX line info), which is also nvcc's TMPDIR; nvcc runs two levels down, in build/src.
+_WORK_PREFIX = "kopt-nvcc-"
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9_./+,:=@%-]+")
+_SAFE_SUFFIX = re.compile(r"\.[A-Za-z0-9]+")
+
+# Runs a command in a given folder (argv: folder, command...) with no shell: run_in_group has no cwd, and
+# exec keeps the process, so a timeout still kills the command's whole group.
+_CANNOT_RUN = "kopt: cannot run "
+_IN_FOLDER = (
+    "import os, sys\n"
+    "os.chdir(sys.argv[1])\n"
+    "try:\n"
+    "    os.execv(sys.argv[2], sys.argv[2:])\n"
+    "except OSError as exc:\n"
+    f"    sys.stderr.write({_CANNOT_RUN!r} + sys.argv[2] + ': ' + str(exc) + '\\n')\n"
+    "    sys.exit(127)\n"
+)
 
 _ARCH = re.compile(r"sm_(\d{2,3})([af]?)")
 _PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
@@ -157,34 +186,36 @@ def build_shared_library(
     nvcc = toolchain.tools.get("nvcc") or find_nvcc()
     if not nvcc:
         raise HardwareError(NVCC_MISSING)
+    nvcc = os.path.abspath(shutil.which(nvcc) or nvcc)  # it runs in another folder
     paths = [Path(source).resolve() for source in sources]
     version = nvcc_version(nvcc)
     flags = [*base_flags(), *arch_flags(toolchain.arch), *extra_flags]
     build_dir = Path(build_dir)
 
-    dependencies = _dependencies(nvcc, paths, flags, build_dir, timeout_s)
-    key = _cache_key(paths, flags, version, toolchain.arch, dependencies)
-    entry = entry_path(toolchain, key)
-
-    if is_complete(entry, LIBRARY):
-        stored = from_data(read_json(entry / "build.json"), Artifact)
-        write_text_atomic(build_dir / "build.log", stored.log)
-        return attrs.evolve(
-            stored,
-            backend=backend,
-            source=str(paths[0]),
-            path=str(entry / LIBRARY),
-            launcher=LAUNCHER,
-            interface=interface,
-            cache_hit=True,
-            build_seconds=time.perf_counter() - started,
-        )
-
-    staging = staging_folder(entry)
+    work = _work_folder()
     try:
-        command = [nvcc, *flags, "-o", str(staging / LIBRARY), *map(str, paths)]
-        completed = _run(command, timeout=timeout_s, what=f"nvcc building {paths[0]}")
-        log = completed.stdout + completed.stderr
+        staged = _stage(paths, flags, work)
+        dependencies = _dependencies(nvcc, staged, build_dir, timeout_s)
+        key = _cache_key(staged, flags, version, toolchain.arch, dependencies)
+        entry = entry_path(toolchain, key)
+
+        if is_complete(entry, LIBRARY):
+            stored = from_data(read_json(entry / "build.json"), Artifact)
+            write_text_atomic(build_dir / "build.log", stored.log)
+            return attrs.evolve(
+                stored,
+                backend=backend,
+                source=str(paths[0]),
+                path=str(entry / LIBRARY),
+                launcher=LAUNCHER,
+                interface=interface,
+                cache_hit=True,
+                build_seconds=time.perf_counter() - started,
+            )
+
+        command = [nvcc, *staged.flags, "-o", f"../../{LIBRARY}", *staged.names]
+        completed = _run(command, timeout=timeout_s, what=f"nvcc building {paths[0]}", staged=staged)
+        log = staged.user_names(completed.stdout + completed.stderr)
         write_text_atomic(build_dir / "build.log", log)
         if completed.returncode != 0:
             raise _compile_error(paths[0], completed.returncode, log)
@@ -203,20 +234,125 @@ def build_shared_library(
             log=log,
             resources=parse_ptxas(log),
         )
-        write_json(staging / "build.json", to_data(artifact))
-        publish(staging, entry, LIBRARY)
+        staging = staging_folder(entry)
+        try:
+            shutil.move(work / LIBRARY, staging / LIBRARY)
+            write_json(staging / "build.json", to_data(artifact))
+            publish(staging, entry, LIBRARY)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)  # symlinks are removed, never followed
     return artifact
 
 
-def _run(command: list[str], *, timeout: float, what: str) -> subprocess.CompletedProcess[str]:
-    """Run ``command`` capturing its text output; on timeout its whole process group (cicc, ptxas, gcc)
-    is killed, so a given-up candidate leaves nothing burning CPU."""
-    ran = run_in_group(command, timeout_s=timeout)
-    if ran.error:
+def _work_folder() -> Path:
+    """A fresh temporary folder for nvcc whose path nvcc can paste into shell commands and PTX: under
+    $TMPDIR, or /tmp when $TMPDIR's path holds other characters than letters, digits and ``_./+,:=@%-``."""
+    for parent in (None, "/tmp"):
+        folder = Path(tempfile.mkdtemp(prefix=_WORK_PREFIX, dir=parent))
+        if _PLAIN_PATH.fullmatch(str(folder)):
+            return folder
+        folder.rmdir()
+    raise ConfigError(
+        "no temporary folder with a plain path for nvcc: set TMPDIR to a folder whose path has only "
+        "letters, digits and _./+,:=@%-"
+    )
+
+
+@attrs.frozen
+class _Staged:
+    """The sources as nvcc sees them: copies and symlinks with safe names in ``folder``."""
+
+    work: Path  # the temporary folder: nvcc's TMPDIR, where the library is written
+    folder: Path  # where nvcc runs: work/build/src
+    names: tuple[str, ...]  # the sources' copies, in order (kernel.cu, source1.cu...)
+    contents: tuple[bytes, ...]  # the bytes copied, which the cache key covers
+    flags: tuple[str, ...]  # the build's flags with -I folders replaced by symlinks, plus -iquote ones
+    renames: tuple[tuple[str, str], ...]  # (safe name, the user's name) for messages
+
+    def user_names(self, text: str) -> str:
+        """``text`` (nvcc's messages) with the safe names replaced by the user's."""
+        if not self.renames:
+            return text
+        users = dict(self.renames)
+        # A safe name counts only as a whole path or a path's first part: "kernel.cu(12)", "src0/h.cuh".
+        pattern = "|".join(re.escape(safe) + ("" if safe.endswith("/") else r"(?![\w.-])") for safe in users)
+        return re.sub(rf"(?<![\w./-])(?:{pattern})", lambda match: users[match.group(0)], text)
+
+
+def _stage(sources: list[Path], flags: list[str], work: Path) -> _Staged:
+    """Copy ``sources`` into ``work/build/src`` under safe names, and link the folders they and the
+    flags' ``-I`` include from, so that no user path reaches nvcc's command line (and its shell).
+
+    Two levels down, so that an ``#include "../x.h"`` that is meant for the user's folder (searched next,
+    through ``-iquote src0``) finds nothing first in the copy's own parent folders.
+    """
+    folder = work / "build" / "src"
+    folder.mkdir(parents=True)
+    names: list[str] = []
+    contents: list[bytes] = []
+    renames: list[tuple[str, str]] = []
+    links: dict[str, str] = {}  # user's folder -> its symlink's name
+
+    def link(target: str, prefix: str) -> str:
+        if target not in links:
+            name = f"{prefix}{sum(existing.startswith(prefix) for existing in links.values())}"
+            (folder / name).symlink_to(target, target_is_directory=True)
+            links[target] = name
+            renames.append((f"{name}/", f"{target.rstrip('/')}/"))
+        return links[target]
+
+    quoted: list[str] = []
+    for index, source in enumerate(sources):
+        suffix = source.suffix if _SAFE_SUFFIX.fullmatch(source.suffix) else ".cu"
+        name = f"kernel{suffix}" if index == 0 else f"source{index}{suffix}"
+        try:
+            data = source.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {source}: {exc.strerror or exc}") from None
+        (folder / name).write_bytes(data)
+        names.append(name)
+        contents.append(data)
+        renames.append((name, str(source)))
+        directory = link(str(source.parent), "src")
+        if directory not in quoted:
+            quoted.append(directory)
+    staged_flags = [
+        f"-I{link(os.path.abspath(flag[2:]), 'inc')}" if flag.startswith("-I") and len(flag) > 2 else flag
+        for flag in flags
+    ]
+    # The copies are not in their folders, so those are searched as each file's own folder would be:
+    # for #include "..." only, before any -I folder.
+    for directory in quoted:
+        staged_flags += ["-Xcompiler", f"-iquote,{directory}"]
+    return _Staged(
+        work=work,
+        folder=folder,
+        names=tuple(names),
+        contents=tuple(contents),
+        flags=tuple(staged_flags),
+        renames=tuple(renames),
+    )
+
+
+def _run(
+    command: list[str], *, timeout: float, what: str, staged: _Staged | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` capturing its text output, in ``staged``'s folder with its TMPDIR when given; on
+    timeout its whole process group (cicc, ptxas, gcc) is killed, so a given-up candidate leaves nothing
+    burning CPU."""
+    if staged is None:
+        ran = run_in_group(command, timeout_s=timeout)
+    else:
+        argv = [sys.executable, "-I", "-S", "-c", _IN_FOLDER, str(staged.folder), *command]
+        ran = run_in_group(argv, timeout_s=timeout, env=dict(os.environ, TMPDIR=str(staged.work)))
+    error = ran.error
+    if not error and staged is not None and ran.returncode == 127 and ran.stderr.startswith(_CANNOT_RUN):
+        error = ran.stderr.strip().rpartition(": ")[2]
+    if error:
         raise HardwareError(
-            f"cannot run {command[0]}: {ran.error}", hint="install the CUDA toolkit or set CUDA_HOME"
+            f"cannot run {command[0]}: {error}", hint="install the CUDA toolkit or set CUDA_HOME"
         )
     if ran.timed_out or ran.returncode is None:  # a command that started has no returncode only on timeout
         raise ConfigError(
@@ -237,44 +373,58 @@ def _compile_error(source: Path, returncode: int, log: str) -> ConfigError:
     )
 
 
-def _dependencies(
-    nvcc: str, sources: list[Path], flags: list[str], build_dir: Path, timeout: float
-) -> list[Path]:
+def _dependencies(nvcc: str, staged: _Staged, build_dir: Path, timeout: float) -> list[Path]:
     """Every file the sources include, from ``nvcc -M`` with the build's own flags (so -I and -D count).
 
     The CUDA toolkit's own headers are left out: the nvcc version already stands for them. They are
     recognised as the folder nvcc's implicit ``cuda_runtime.h`` comes from, because nvcc itself may be a
     wrapper script far from the toolkit (``/usr/local/bin/nvcc`` on some machines). The sources are left
     out too: their bytes are hashed directly, so a copy of a candidate in another folder is a cache hit.
+    The user's headers are listed through the staged symlinks and resolved to their real paths.
     """
     completed = _run(
-        [nvcc, "-M", *flags, *map(str, sources)],
+        [nvcc, "-M", *staged.flags, *staged.names],
         timeout=timeout,
-        what=f"nvcc -M listing the includes of {sources[0]}",
+        what=f"nvcc -M listing the includes of {_source_name(staged)}",
+        staged=staged,
     )
     if completed.returncode != 0:
-        log = completed.stdout + completed.stderr
+        log = staged.user_names(completed.stdout + completed.stderr)
         write_text_atomic(build_dir / "build.log", log)
-        raise _compile_error(sources[0], completed.returncode, log)
+        raise _compile_error(Path(_source_name(staged)), completed.returncode, log)
     found: dict[Path, None] = {}  # insertion-ordered set: the key must not depend on hash order
     for rule in completed.stdout.replace("\\\n", " ").splitlines():
-        _, _, prerequisites = rule.partition(": ")  # "lib.o : a.cu b.h" (make syntax, "\ " in names)
+        _, _, prerequisites = rule.partition(": ")  # "kernel.o : kernel.cu src0/h.cuh" (make syntax)
         for token in re.findall(r"(?:\\.|[^\s\\])+", prerequisites):
-            found[Path(os.path.realpath(re.sub(r"\\(.)", r"\1", token)))] = None
+            found[Path(os.path.realpath(staged.folder / re.sub(r"\\(.)", r"\1", token)))] = None
+    own = {Path(os.path.realpath(staged.folder / name)) for name in staged.names}
     toolkit = next((path.parent for path in found if path.name == "cuda_runtime.h"), None)
     return [
         path
         for path in found
-        if path not in sources and not (toolkit is not None and path.is_relative_to(toolkit))
+        if path not in own and not (toolkit is not None and path.is_relative_to(toolkit))
     ]
 
 
-def _cache_key(
-    sources: list[Path], flags: list[str], version: str, arch: str, dependencies: list[Path]
-) -> str:
+def _source_name(staged: _Staged) -> str:
+    """The user's name of the first source (the candidate)."""
+    return dict(staged.renames).get(staged.names[0], staged.names[0])
+
+
+def _cache_key(staged: _Staged, flags: list[str], version: str, arch: str, dependencies: list[Path]) -> str:
+    """The key of a build: the sources' bytes, the flags as given (user's -I folders, not the staged
+    symlinks), nvcc's version, the architecture, and each included file's real path and bytes."""
     parts = [("format", str(_CACHE_FORMAT).encode())]
-    parts += [("source", source.read_bytes()) for source in sources]
+    parts += [("source", data) for data in staged.contents]
     parts += [("flags", "\0".join(flags).encode()), ("nvcc", version.encode()), ("arch", arch.encode())]
     for dependency in dependencies:
-        parts += [("dependency", str(dependency).encode()), ("content", dependency.read_bytes())]
+        try:
+            content = dependency.read_bytes()
+        except OSError as exc:
+            raise ConfigError(
+                f"{_source_name(staged)}: cannot read {dependency}, which nvcc -M lists among the files "
+                f"it includes ({exc.strerror or exc}); nvcc cannot list a header whose name holds quotes or "
+                "backslashes: rename it"
+            ) from None
+        parts += [("dependency", str(dependency).encode()), ("content", content)]
     return content_key(parts)

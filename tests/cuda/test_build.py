@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -10,6 +12,7 @@ import pytest
 
 import kopt_cuda.build as build
 from kopt_core.errors import ConfigError, HardwareError
+from kopt_core.process import Ran
 from kopt_core.records.build import KernelResources, Toolchain
 from kopt_cuda.build import (
     arch_flags,
@@ -279,14 +282,20 @@ class TestRealBuild:
         with pytest.raises(ConfigError, match=r"nowhere\.h"):
             build_shared_library([source], toolchain=toolchain, build_dir=tmp_path / "b")
 
-    def test_timeout_is_a_config_error_and_leaves_no_compiler_running(self, kernel, toolchain, tmp_path):
+    def test_timeout_is_a_config_error_and_leaves_no_compiler_running(
+        self, kernel, toolchain, tmp_path, monkeypatch
+    ):
+        # nvcc works in a temporary folder (its TMPDIR too): every child names a file in it
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+        (tmp_path / "tmp").mkdir()
         with pytest.raises(ConfigError, match="did not finish within"):
             build_shared_library([kernel], toolchain=toolchain, build_dir=tmp_path / "b", timeout_s=0.2)
 
         deadline = time.monotonic() + 5.0
-        while _processes_mentioning(str(kernel)) and time.monotonic() < deadline:
+        while _processes_mentioning(str(tmp_path / "tmp")) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _processes_mentioning(str(kernel)) == []
+        assert _processes_mentioning(str(tmp_path / "tmp")) == []
+        assert list((tmp_path / "tmp").iterdir()) == []  # nvcc's folder is gone
 
     def test_concurrent_builds_of_one_source_share_one_entry(self, kernel, toolchain, tmp_path):
         def run(index: int):
@@ -300,3 +309,77 @@ class TestRealBuild:
         entries = [path for path in (tmp_path / "cache").rglob("build.json")]
         assert len(entries) == 1
         assert not list((tmp_path / "cache").glob(".*"))
+
+
+# ---------------------------------------------------------------------------- hostile names (no nvcc)
+
+PLAIN = re.compile(r"[A-Za-z0-9_./,=+-]+")
+
+
+def test_nvcc_is_given_only_names_kopt_chose(tmp_path, monkeypatch):
+    """nvcc's driver pastes names into shell commands: it sees none of the user's, and its messages are
+    mapped back to them."""
+    folder = tmp_path / "d$(touch y) 'q\""
+    folder.mkdir()
+    source = folder / "k$(touch pwned).cu"
+    source.write_text(KERNEL)
+    (folder / "helper.h").write_text(HELPER)
+    includes = tmp_path / "i$(touch z)"  # a -I folder, as kopt_cutlass adds
+    includes.mkdir()
+    commands: list[tuple[list[str], dict]] = []
+
+    def fake_run(command, *, timeout_s, env=None, log_path=None):
+        commands.append((command, env or {}))
+        return Ran(returncode=1, stderr="kernel.cu(3): error: boom\nsrc0/helper.h(1): note\n")
+
+    monkeypatch.setattr(build, "run_in_group", fake_run)
+    monkeypatch.setattr(build, "nvcc_version", lambda nvcc: "13.0.88")
+    toolchain = Toolchain(arch="sm_90a", cache_dir=str(tmp_path / "cache"), tools={"nvcc": "/bin/true"})
+    with pytest.raises(ConfigError) as raised:
+        build_shared_library(
+            [source], toolchain=toolchain, build_dir=tmp_path / "b", extra_flags=(f"-I{includes}",)
+        )
+
+    message = str(raised.value)
+    assert f"{source}(3): error: boom" in message
+    assert f"{folder}/helper.h(1): note" in message
+    ((command, env),) = commands  # nvcc -M, which failed
+    work = Path(env["TMPDIR"])
+    assert PLAIN.fullmatch(str(work))
+    assert command[5] == str(work / "build" / "src")  # the folder nvcc runs in
+    nvcc_args = command[6:]
+    assert nvcc_args[:2] == ["/bin/true", "-M"]
+    assert all(PLAIN.fullmatch(arg) for arg in nvcc_args), nvcc_args
+    assert nvcc_args[-1] == "kernel.cu" and "-Iinc0" in nvcc_args and "-iquote,src0" in nvcc_args
+    assert not work.exists()  # removed, with its symlinks, and the user's folder is untouched
+    assert sorted(path.name for path in folder.iterdir()) == ["helper.h", "k$(touch pwned).cu"]
+
+
+def test_a_missing_nvcc_in_its_folder_is_a_hardware_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(build, "nvcc_version", lambda nvcc: "13.0.88")
+    source = tmp_path / "k.cu"
+    source.write_text(KERNEL)
+    toolchain = Toolchain(
+        arch="sm_90a", cache_dir=str(tmp_path / "cache"), tools={"nvcc": str(tmp_path / "nvcc")}
+    )
+
+    with pytest.raises(HardwareError, match=r"cannot run .*nvcc: .*No such file"):
+        build_shared_library([source], toolchain=toolchain, build_dir=tmp_path / "b")
+
+
+def test_messages_map_only_whole_safe_names(tmp_path):
+    kernel, folder = str(tmp_path / "k$(x).cu"), str(tmp_path / "d q")
+    staged = build._Staged(
+        work=tmp_path,
+        folder=tmp_path,
+        names=("kernel.cu",),
+        contents=(b"",),
+        flags=(),
+        renames=(("kernel.cu", kernel), ("src0/", folder + "/")),
+    )
+
+    text = 'kernel.cu(3): error\nIn file included from kernel.cu:1:\nsrc0/h.cuh(2)\n"kernel.cu"'
+    expected = f'{kernel}(3): error\nIn file included from {kernel}:1:\n{folder}/h.cuh(2)\n"{kernel}"'
+    assert staged.user_names(text) == expected
+    untouched = "mykernel.cu(1) /a/kernel.cu kernel.cuh src0x/h src/src0/h\n"
+    assert staged.user_names(untouched) == untouched
