@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kopt_core.errors import HardwareError
 from kopt_core.process import run_in_group
-from kopt_core.records import NcuAttempt
+from kopt_core.records import NcuAttempt, ProfileLaunch, ProfileOptions
 from kopt_core.tools import find_tool
 
 FULL_BELOW_MS = 10.0
@@ -60,18 +60,18 @@ def profile(
     target: list[str],
     out_dir: Path,
     *,
+    launch: ProfileLaunch | None = None,
+    options: ProfileOptions | None = None,
     name: str = "profile",
     duration_ms: float | None = None,
-    kernel_filter: str | None = None,
-    timeout_s: float = 600.0,
-    full_timeout_s: float | None = None,
-    force_bundle: str | None = None,
-    extra_env: dict | None = None,
     ncu: str | None = None,
 ) -> tuple[Path, str, str, list[NcuAttempt]]:
     """Profile ``target`` (a command that brackets one invocation with cudaProfilerStart/Stop).
 
-    ``full_timeout_s`` limits a full-set attempt (default ``timeout_s``); the light retry gets ``timeout_s``.
+    ``launch`` is the backend's answer for the artifact (ncu's kernel filter, extra environment; default:
+    every kernel, no extra environment). Of ``options`` the runner reads the bundle (None: chosen from
+    ``duration_ms``), ``ncu_timeout_s`` and ``full_timeout_s``, which limits a full-set attempt (default
+    ``ncu_timeout_s``); the light retry gets ``ncu_timeout_s``.
     Returns (report path, bundle, why that bundle, attempts). Raises HardwareError when no attempt gave
     a report; the attempts are in the error's message and in ``out_dir/ncu_*.log``.
     """
@@ -81,15 +81,18 @@ def profile(
             "ncu (Nsight Compute) not found on PATH, in CUDA_HOME or /opt/nvidia/nsight-compute",
             hint="install Nsight Compute or put ncu on PATH",
         )
+    launch = launch or ProfileLaunch()
+    options = options or ProfileOptions()
+    forced, timeout_s, full_timeout_s = options.bundle, options.ncu_timeout_s, options.full_timeout_s
     out_dir.mkdir(parents=True, exist_ok=True)
-    bundle, reason = (force_bundle, f"forced: {force_bundle}") if force_bundle else choose_bundle(duration_ms)
-    env = dict(os.environ, **(extra_env or {}))
+    bundle, reason = (forced, f"forced: {forced}") if forced else choose_bundle(duration_ms)
+    env = dict(os.environ, **launch.env)
     attempts: list[NcuAttempt] = []
     report_base = out_dir / name
     report = report_base.with_suffix(".ncu-rep")
     while True:
         report.unlink(missing_ok=True)
-        command = ncu_command(ncu, bundle, report_base, target, kernel_filter)
+        command = ncu_command(ncu, bundle, report_base, target, launch.kernel_filter)
         log = out_dir / f"ncu_{name}_{bundle}.log"
         limit = full_timeout_s if (bundle == "full" and full_timeout_s is not None) else timeout_s
         ran = run_in_group(command, timeout_s=limit, env=env, log_path=log)

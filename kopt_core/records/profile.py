@@ -1,15 +1,16 @@
-"""What Nsight Compute measured, as kopt reads it (ncu CSV pages, normalised units), and what a profile
-wrote about itself (profile.json)."""
+"""What Nsight Compute measured, as kopt reads it (ncu CSV pages, normalised units), what a profile
+wrote about itself (profile.json), and how a profile is taken and read (``ProfileOptions``)."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from attrs import field, frozen
+from attrs import field, frozen, validators
 
 from kopt_core.records.converter import read_document
 from kopt_core.records.fields import as_tuple
+from kopt_core.roofline.records import Ceilings
 
 PROFILE_SCHEMA_VERSION = 1
 
@@ -65,6 +66,28 @@ class ProfileLaunch:
 
     kernel_filter: str | None = None  # an ncu --kernel-name value ("regex:..."); None keeps every kernel
     env: dict[str, str] = field(factory=dict)  # extra environment for the profiled process
+
+
+def _built_in_ceilings() -> Ceilings:
+    # kopt_core.roofline.ceilings is imported on use, as kopt_core.roofline does: importing the records
+    # must not load it before ``python -m kopt_core.roofline.ceilings`` runs it as __main__
+    from kopt_core.roofline.ceilings import DEFAULT_CEILINGS
+
+    return DEFAULT_CEILINGS
+
+
+@frozen
+class ProfileOptions:
+    """How a profile is taken and read, the same for every kernel of a command or a run: how ncu runs
+    (the bundle, the time limits) and what the report is read against (the metrics kept per axis, the
+    device ceilings). The kernel's own side (filter, environment) is the backend's ``ProfileLaunch``."""
+
+    ncu_num: int = 5  # top metrics per axis in ncu_top.json
+    # the metric bundle, full | light; None: adaptive (full below 10 ms of kernel time, light above)
+    bundle: str | None = field(default=None, validator=validators.optional(validators.in_(("full", "light"))))
+    ncu_timeout_s: float = 600.0  # the limit for one ncu run
+    full_timeout_s: float | None = None  # the limit for a full-set run (None: ncu_timeout_s); then light
+    ceilings: Ceilings = field(factory=_built_in_ceilings)  # the default: the built-in H200 figures
 
 
 @frozen

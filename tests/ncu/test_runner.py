@@ -12,6 +12,7 @@ import pytest
 
 from kopt_core.errors import HardwareError
 from kopt_core.ncu.runner import choose_bundle, ncu_command, profile
+from kopt_core.records import ProfileLaunch, ProfileOptions
 
 # Behaves like ncu for the runner: writes the --export report unless told to fail for the set it got.
 STAND_IN = """#!/bin/sh
@@ -24,6 +25,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 echo "==PROF== set $set_name"
+echo "==PROF== probe $PROBE"
 case "$set_name" in
   full) [ "$FULL" = "exit11" ] && exit 11; [ "$FULL" = "hang" ] && sleep 30 ;;
   basic) [ "$LIGHT" = "fail" ] && { echo "==ERROR== ERR_NVGPUCTRPERM"; exit 1; } ;;
@@ -71,8 +73,32 @@ def test_replay_failure_falls_back_to_light(fake_ncu, tmp_path, monkeypatch):
 
 def test_full_timeout_falls_back_to_light(fake_ncu, tmp_path, monkeypatch):
     monkeypatch.setenv("FULL", "hang")
-    report, bundle, _, attempts = profile(["true"], tmp_path, ncu=fake_ncu, duration_ms=2.0, full_timeout_s=1)
+    options = ProfileOptions(full_timeout_s=1)
+    report, bundle, _, attempts = profile(["true"], tmp_path, options=options, ncu=fake_ncu, duration_ms=2.0)
     assert bundle == "light" and attempts[0].timed_out and attempts[0].seconds < 10
+
+
+def test_a_forced_bundle_is_used_whatever_the_duration(fake_ncu, tmp_path):
+    options = ProfileOptions(bundle="light")
+    report, bundle, reason, attempts = profile(
+        ["true"], tmp_path, options=options, ncu=fake_ncu, duration_ms=2.0
+    )
+    assert report.is_file() and bundle == "light" and reason == "forced: light"
+    assert [a.bundle for a in attempts] == ["light"]
+
+
+def test_the_launch_gives_the_kernel_filter_and_the_environment(fake_ncu, tmp_path):
+    launch = ProfileLaunch(kernel_filter="regex:gemm", env={"PROBE": "from the backend"})
+    _, _, _, attempts = profile(["true"], tmp_path, launch=launch, ncu=fake_ncu, duration_ms=2.0)
+    command = list(attempts[0].command)
+    assert command[command.index("--kernel-name") + 1] == "regex:gemm"
+    assert "==PROF== probe from the backend" in Path(attempts[0].log).read_text()
+
+
+def test_options_refuse_a_bundle_ncu_has_no_set_for():
+    with pytest.raises(ValueError):
+        ProfileOptions(bundle="auto")
+    assert ProfileOptions().bundle is None and ProfileOptions().ncu_timeout_s == 600.0
 
 
 def test_no_report_is_a_hardware_failure(fake_ncu, tmp_path, monkeypatch):
