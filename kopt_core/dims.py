@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import re
 from collections.abc import Callable
 
@@ -15,19 +16,31 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 def _number(name: str, raw: object) -> int | float:
     if isinstance(raw, bool):
         raise ConfigError(f"dim {name}={raw!r} is a boolean; give a number, e.g. --{name}=4096")
-    if isinstance(raw, (int, float)):
+    if isinstance(raw, int):
         return raw
-    text = str(raw).strip().replace("_", "")
+    if isinstance(raw, float):
+        return _finite(name, raw)
+    if not isinstance(raw, str):
+        raise ConfigError(
+            f"dim {name}={raw!r} is not a number; give an integer or a float, e.g. --{name}=4096"
+        )
+    text = raw.strip().replace("_", "")
     try:
         return int(text, 0)
-    except ValueError:
+    except ValueError:  # also a number past Python's digit limit for int()
         pass
     try:
-        return float(text)
+        return _finite(name, float(text))
     except ValueError:
         raise ConfigError(
             f"dim {name}={raw!r} is not a number; give an integer or a float, e.g. --{name}=4096"
         ) from None
+
+
+def _finite(name: str, value: float) -> float:
+    if not math.isfinite(value):
+        raise ConfigError(f"dim {name}={value!r} is not a finite number; give an integer or a float")
+    return value
 
 
 def parse_dims(dims_json: str | None, extra_args: list[str] | tuple[str, ...]) -> dict[str, int | float]:
@@ -41,10 +54,15 @@ def parse_dims(dims_json: str | None, extra_args: list[str] | tuple[str, ...]) -
                 f"--dims is not valid JSON ({exc.msg} at column {exc.colno}); "
                 'write it as --dims \'{"M": 4096, "N": 4096}\''
             ) from None
+        except (ValueError, RecursionError) as exc:  # a number past the digit limit, nesting too deep
+            raise ConfigError(
+                f"--dims cannot be read ({type(exc).__name__}: {str(exc)[:200]}); "
+                'write it as --dims \'{"M": 4096, "N": 4096}\''
+            ) from None
         if not isinstance(loaded, dict):
             raise ConfigError('--dims must be a JSON object such as {"M": 4096, "N": 4096}')
         for name, value in loaded.items():
-            if not _NAME.match(str(name)):
+            if not _NAME.fullmatch(str(name)):
                 raise ConfigError(f"dim name {name!r} in --dims is not an identifier")
             dims[str(name)] = _number(str(name), value)
     args = list(extra_args)
@@ -61,7 +79,7 @@ def parse_dims(dims_json: str | None, extra_args: list[str] | tuple[str, ...]) -
             i += 1
         else:
             raise ConfigError(f"option {arg} has no value; dims are given as --NAME=VALUE, e.g. --N=4096")
-        if not _NAME.match(name):
+        if not _NAME.fullmatch(name):
             raise ConfigError(f"unknown option {arg}; dims are given as --NAME=VALUE with NAME an identifier")
         dims[name] = _number(name, value)
         i += 1

@@ -3,9 +3,16 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib.util
+import json
 import math
+import os
+import shlex
+import signal
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -14,8 +21,16 @@ from types import ModuleType
 from attrs import define
 
 from kopt_core.dims import accepted_dims
-from kopt_core.errors import ConfigError
+from kopt_core.errors import ConfigError, HardwareError
+from kopt_core.process import run_in_group
 from kopt_core.records import Tolerance
+
+# A reference file is first imported in a child process that this limit stops (load_reference): one that
+# exits, crashes or never finishes importing must not take kopt's own process with it.
+IMPORT_TIMEOUT_S = 60.0
+# Fingerprints of reference files whose import a child already checked, so that kopt's own children (the
+# bench worker, the profiled target) inherit the check instead of repeating it.
+CHECKED_ENV = "KOPT_REFERENCE_CHECKED"
 
 # Tolerances when the reference file gives none: what that dtype's arithmetic can be expected to meet
 # against a reference computed in the same dtype (docs/measurement.md, "Correctness").
@@ -45,9 +60,11 @@ class ReferenceModule:
             return None
         try:
             model = self.workload_model(**dims)
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # SystemExit too: the reference must not end kopt
             raise ConfigError(
-                f"{self.path}: workload_model(**dims) raised {type(exc).__name__}: {exc}",
+                f"{self.path}: workload_model(**dims) {_escaped(exc)}",
                 hint="give every dim it takes on the command line",
             ) from None
         if not isinstance(model, dict) or not all(
@@ -65,9 +82,11 @@ class ReferenceModule:
             return {}
         try:
             described = self.buffers(**accepted_dims(self.buffers, dims))
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
             raise ConfigError(
-                f"{self.path}: buffers(**dims) raised {type(exc).__name__}: {exc}",
+                f"{self.path}: buffers(**dims) {_escaped(exc)}",
                 hint="it receives the dims by name and returns "
                 "{name: {'shape': (...), 'role': ..., 'dtype': ...}}",
             ) from None
@@ -95,10 +114,46 @@ class ReferenceModule:
         return Tolerance(atol=atol_d, rtol=rtol_d, source=f"dtype default ({dtype})")
 
 
+def _escaped(exc: BaseException) -> str:
+    """What a call into the reference did instead of returning: "raised ValueError: ...", "called
+    sys.exit(7)"."""
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({exc.code!r})"
+    return f"raised {type(exc).__name__}: {exc}"
+
+
+def _attribute(path: Path, module: ModuleType, name: str) -> tuple[bool, object]:
+    """(present, value) of a module attribute; a module ``__getattr__`` that fails is the file's error."""
+    try:
+        if not hasattr(module, name):
+            return False, None
+        return True, getattr(module, name)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        raise ConfigError(f"{path}: reading {name} {_escaped(exc)}") from None
+
+
+def _guarded(path: Path, call: str, function: Callable) -> Callable:
+    """``function``, with a SystemExit (or another BaseException but KeyboardInterrupt) it raises turned
+    into a ConfigError naming the file; ordinary exceptions pass through for the caller to report."""
+
+    @functools.wraps(function)
+    def guarded(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except (Exception, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            raise ConfigError(f"{path}: {call} {_escaped(exc)}") from None
+
+    return guarded
+
+
 def _tolerance_value(path: Path, module: ModuleType, name: str) -> float | None:
-    if not hasattr(module, name):
+    present, value = _attribute(path, module, name)
+    if not present:
         return None
-    value = getattr(module, name)
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))
@@ -113,9 +168,9 @@ def _tolerance_value(path: Path, module: ModuleType, name: str) -> float | None:
 
 
 def _optional_callable(path: Path, module: ModuleType, name: str, usage: str) -> Callable | None:
-    if not hasattr(module, name):
+    present, value = _attribute(path, module, name)
+    if not present:
         return None
-    value = getattr(module, name)
     if not callable(value):
         raise ConfigError(f"{path}: {name} is not a function", hint=f"define it as {usage}, or remove it")
     return value
@@ -130,6 +185,13 @@ def load_reference(path: str | Path) -> ReferenceModule:
         )
     if path.suffix != ".py":
         raise ConfigError(f"reference file {path} is not a Python file", hint="the reference is a .py module")
+    _check_in_child(path)
+    return _import_reference(path)
+
+
+def _import_reference(path: Path) -> ReferenceModule:
+    """Import ``path`` into this process and check its contract (``load_reference`` checked it in a
+    child first)."""
     name = f"kopt_reference_{abs(hash(str(path.resolve())))}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -138,17 +200,26 @@ def load_reference(path: str | Path) -> ReferenceModule:
     sys.path.insert(0, str(path.parent.resolve()))  # sibling imports, as when run as a script
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit too: a reference is imported, it must not end kopt
         frames = traceback.extract_tb(exc.__traceback__)
         where = next((f for f in reversed(frames) if Path(f.filename) == path.resolve()), None)
         at = f" (line {where.lineno})" if where else ""
+        if isinstance(exc, SystemExit):
+            raise ConfigError(
+                f"reference file {path} called sys.exit({exc.code!r}){at} while being imported",
+                hint="kopt imports the reference, it does not run it: put script code under "
+                '`if __name__ == "__main__":`',
+            ) from None
         raise ConfigError(
             f"reference file {path} failed to import{at}: {type(exc).__name__}: {exc}",
-            hint="fix the error so that `python -c 'import runpy; runpy.run_path(\"...\")'` succeeds",
+            hint="fix the error so that "
+            f"`python -c {shlex.quote(f'import runpy; runpy.run_path({json.dumps(str(path))})')}` succeeds",
         ) from None
     finally:
         sys.path.pop(0)
-    fn = getattr(module, "reference", None)
+    _, fn = _attribute(path, module, "reference")
     if fn is None or not callable(fn):
         raise ConfigError(
             f"reference file {path} has no function `reference`",
@@ -158,7 +229,7 @@ def load_reference(path: str | Path) -> ReferenceModule:
     return ReferenceModule(
         path=path,
         module=module,
-        reference=fn,
+        reference=_guarded(path, "reference(...)", fn),
         atol=_tolerance_value(path, module, "atol"),
         rtol=_tolerance_value(path, module, "rtol"),
         workload_model=_optional_callable(
@@ -168,3 +239,89 @@ def load_reference(path: str | Path) -> ReferenceModule:
             path, module, "buffers", "buffers(**dims) -> {name: {shape, dtype, role}}"
         ),
     )
+
+
+def _fingerprint(path: Path) -> str:
+    try:
+        content = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"reference file {path} cannot be read: {exc.strerror or exc}") from None
+    return hashlib.sha256(str(path.resolve()).encode() + b"\0" + content).hexdigest()[:32]
+
+
+def _check_in_child(path: Path) -> None:
+    """Import ``path`` in a child process first, within IMPORT_TIMEOUT_S: a file that exits, crashes or
+    never finishes importing is a ConfigError naming it, not kopt exiting or hanging."""
+    fingerprint = _fingerprint(path)
+    checked = os.environ.get(CHECKED_ENV, "").split()
+    if fingerprint in checked:
+        return
+    with tempfile.TemporaryDirectory(prefix="kopt-reference-") as scratch:
+        report_path = Path(scratch) / "report.json"
+        ran = run_in_group(
+            [sys.executable, "-m", "kopt_core.reference", str(path), str(report_path)],
+            timeout_s=IMPORT_TIMEOUT_S,
+        )
+        try:
+            report = json.loads(report_path.read_text())
+        except (OSError, ValueError):
+            report = None
+    if isinstance(report, dict) and report.get("ok") is True:
+        os.environ[CHECKED_ENV] = " ".join([*checked[-15:], fingerprint])
+        return
+    if isinstance(report, dict) and isinstance(report.get("message"), str):
+        raise ConfigError(report["message"], hint=report.get("hint") or None)
+    if ran.error:
+        raise HardwareError(f"cannot start {sys.executable} to import reference file {path}: {ran.error}")
+    hint = (
+        "kopt imports the reference: module-level code must only define reference() and its companions; "
+        'move work, waits and exits into functions or under `if __name__ == "__main__":`'
+    )
+    if ran.timed_out:
+        raise ConfigError(
+            f"reference file {path} did not finish importing within {IMPORT_TIMEOUT_S:g} s", hint=hint
+        )
+    code = ran.returncode if ran.returncode is not None else -1
+    if code < 0:
+        try:
+            what = f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            what = f"was killed by signal {-code}"
+    elif code == 0:
+        what = "called os._exit(0)"
+    else:
+        what = f"exited with status {code} (os._exit or a crash)"
+    tail = ran.tail(3)
+    raise ConfigError(
+        f"reference file {path} {what} while being imported" + (f"; its last output: {tail}" if tail else ""),
+        hint=hint,
+    )
+
+
+def _child_main(argv: list[str]) -> None:
+    """``python -m kopt_core.reference REF.py REPORT.json``: import REF.py as load_reference does and write
+    {"ok": true} or the ConfigError to REPORT.json; then end at once (whatever REF.py left running)."""
+    ref_path, report_path = argv
+    try:  # an input() at import reads nothing rather than waiting on kopt's terminal
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    except OSError:
+        pass
+    report: dict = {"ok": True}
+    try:
+        _import_reference(Path(ref_path))
+    except ConfigError as exc:
+        report = {"ok": False, "message": exc.message, "hint": exc.hint}
+    except BaseException as exc:
+        report = {"ok": False, "message": f"reference file {ref_path} could not be checked: {_escaped(exc)}"}
+    with open(report_path, "w") as out:
+        out.write(json.dumps(report))
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    _child_main(sys.argv[1:])

@@ -20,6 +20,8 @@ RULE_CAP_ELEMENTS = 1 << 28
 ROLES = ("input", "output", "inout")
 INITS = ("randn", "rand", "zeros", "ones", "arange")
 FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+# Every dtype a buffer may have: the element types a kernel signature maps to.
+DTYPES = (*FLOAT_DTYPES, "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
 
 
 def _rule_shape(interface: KernelInterface, dims: dict) -> tuple[int, int, str]:
@@ -96,6 +98,11 @@ def plan_buffers(interface: KernelInterface, dims: dict, ref) -> tuple[tuple[Buf
                 hint="describe it in the reference: buffers(**dims) returning "
                 + repr({param.name: {"dtype": "float32", "role": "input"}})
                 + " (a 'shape' is optional)",
+            )
+        if dtype not in DTYPES:
+            raise ConfigError(
+                f"{ref.path}: buffers()[{param.name!r}] dtype {dtype!r} is not a dtype kopt knows; "
+                f"give one of {', '.join(DTYPES)}"
             )
         if role not in ROLES:
             raise ConfigError(f"{ref.path}: buffers()[{param.name!r}] role {role!r} is not one of {ROLES}")

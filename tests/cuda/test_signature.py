@@ -208,3 +208,103 @@ def test_bad_signatures_name_file_line_and_culprit(source, expected):
     for fragment in expected:
         assert fragment in message
     assert raised.value.exit_code == 4
+
+
+# ------------------------------------------------------------------------------ hostile input, fuzzed
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_VALID = (
+    "#include <cuda_runtime.h>\n// kernel\n__global__ void k(const float* x, float* y, int n) {}\n"
+    'extern "C" void solve(const float* __restrict__ x, float* y, int N, unsigned long long M) {\n'
+    "    k<<<1, 1>>>(x, y, N);\n}\n"
+)
+_PIECES = st.sampled_from(
+    [
+        "(",
+        ")",
+        "{",
+        "}",
+        "[",
+        "]",
+        "<",
+        ">",
+        ",",
+        ";",
+        "*",
+        "&",
+        "::",
+        '"',
+        "'",
+        "\\",
+        "/*",
+        "*/",
+        "//",
+        "\n",
+        "#",
+        'extern "C"',
+        'R"(',
+        "__attribute__((",
+        "[[",
+        "...",
+        "=",
+        "solve",
+        "void",
+        "const",
+        "int",
+        "float",
+        "unsigned",
+        "template",
+        "static",
+        "__global__",
+        "\x00",
+        "é",
+    ]
+)
+
+
+def _parses_or_refuses(source: str) -> None:
+    try:
+        interface = parse_solve(source, "fuzz.cu")
+    except ConfigError as exc:
+        assert exc.exit_code == 4 and exc.message
+        return
+    assert isinstance(interface, KernelInterface)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_arbitrary_text_parses_or_raises_config_error(source):
+    _parses_or_refuses(source)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_PIECES, st.text(max_size=6)), max_size=40).map("".join))
+def test_c_like_token_soup_parses_or_raises_config_error(source):
+    _parses_or_refuses(source)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, len(_VALID)),
+            st.integers(0, 8),
+            st.one_of(_PIECES, st.text(max_size=4)),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_mutated_valid_signature_parses_or_raises_config_error(edits):
+    source = _VALID
+    for at, cut, insert in edits:
+        at = min(at, len(source))
+        source = source[:at] + insert + source[at + cut :]
+    _parses_or_refuses(source)
+
+
+def test_the_unmutated_signature_parses():
+    interface = parse_solve(_VALID, "fuzz.cu")
+    assert [p.name for p in interface.params] == ["x", "y", "N", "M"]
