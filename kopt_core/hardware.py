@@ -82,3 +82,20 @@ def arch_for_capability(capability: str) -> str:
         raise ConfigError(f"compute capability {capability!r} is not of the form MAJOR.MINOR (e.g. 9.0)")
     major, minor = int(match.group(1)), int(match.group(2))
     return f"sm_{major}{minor}{'a' if major in (9, 10) else ''}"
+
+
+ARCH_FORM = "sm_MAJORMINOR with an optional a or f suffix, e.g. sm_90a or sm_80"
+
+
+def parse_arch(value: str, *, option: str = "--arch") -> str:
+    """A target architecture as nvcc names it ("sm_90a"), read from ``value`` ("sm_90a", "SM_90A" or a
+    compute capability such as "9.0"). Anything else is a ConfigError (exit 4) naming ``option``."""
+    from kopt_core.errors import ConfigError
+
+    text = str(value).strip()
+    if re.fullmatch(r"\d+\.\d+", text):
+        return arch_for_capability(text)
+    match = re.fullmatch(r"sm_?(\d{2,3})([af]?)", text, flags=re.IGNORECASE)
+    if not match:
+        raise ConfigError(f"{option} {value!r} is not a GPU architecture: expected {ARCH_FORM}")
+    return f"sm_{match.group(1)}{match.group(2).lower()}"

@@ -42,7 +42,7 @@ class CudaGraphReplay:
     def launch(self) -> None:
         code = self._lib.kopt_shim_graph_launch(self._exec)
         if code:
-            raise LaunchError(f"cudaGraphLaunch failed with CUDA error {code}")
+            raise LaunchError(f"{cuda_error(self._lib, code)} in cudaGraphLaunch")
 
     def close(self) -> None:
         if self._exec:
@@ -64,7 +64,7 @@ class ShimClock:
         self._torch, self._lib = torch, lib
         self._start, self._end = ctypes.c_void_p(), ctypes.c_void_p()
         self._ms = ctypes.c_float()
-        _call(lib.kopt_shim_timer_create, ctypes.byref(self._start), ctypes.byref(self._end))
+        _call(lib, lib.kopt_shim_timer_create, ctypes.byref(self._start), ctypes.byref(self._end))
 
     def sync(self) -> None:
         self._torch.cuda.synchronize()  # the whole device: every stream, this library's included
@@ -75,19 +75,34 @@ class ShimClock:
     def time(self, fn) -> tuple[float, float]:
         self._torch.cuda.synchronize()
         host_start = time.perf_counter()
-        _call(self._lib.kopt_shim_timer_start, self._start, ctypes.c_ulonglong(self.spin_ns))
+        _call(self._lib, self._lib.kopt_shim_timer_start, self._start, ctypes.c_ulonglong(self.spin_ns))
         fn()
-        _call(self._lib.kopt_shim_timer_stop, self._end)
+        _call(self._lib, self._lib.kopt_shim_timer_stop, self._end)
         self._torch.cuda.synchronize()
         host = (time.perf_counter() - host_start) * 1e3 - self.spin_ns / 1e6
-        _call(self._lib.kopt_shim_timer_elapsed, self._start, self._end, ctypes.byref(self._ms))
+        _call(self._lib, self._lib.kopt_shim_timer_elapsed, self._start, self._end, ctypes.byref(self._ms))
         return self._ms.value, host
 
 
-def _call(function, *args) -> None:
+def cuda_error(lib: ctypes.CDLL, code: int) -> str:
+    """ "CUDA error 2 (cudaErrorMemoryAllocation: out of memory)": the code with the name and text the
+    library's own runtime gives it (``kopt_shim_error_text``; a library built before the shim had it
+    gives the code alone)."""
+    try:
+        describe = lib.kopt_shim_error_text
+    except AttributeError:
+        return f"CUDA error {code}"
+    describe.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    text = ctypes.create_string_buffer(256)
+    describe(int(code), text, len(text))
+    words = text.value.decode(errors="replace").strip()
+    return f"CUDA error {code} ({words})" if words else f"CUDA error {code}"
+
+
+def _call(lib: ctypes.CDLL, function, *args) -> None:
     code = function(*args)
     if code:
-        raise LaunchError(f"{function.__name__} failed with CUDA error {code}")
+        raise LaunchError(f"{cuda_error(lib, code)} in {function.__name__}")
 
 
 class CudaLauncher:

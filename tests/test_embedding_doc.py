@@ -89,7 +89,7 @@ def test_the_example_stops_its_run_at_the_seed_with_the_right_exit_codes(ran):
     run_lines = [line for line in lines if line.startswith("run: ")]
     assert run_lines == [f"run: {runs[0].name} initialized", "run: stopped at seed, exit 3"]
     assert line_after(lines, "seed: ") == "HardwareError, exit 3"
-    assert line_after(lines, "iter open: ") == "ConfigError, exit 4"
+    assert line_after(lines, "iter open: ") == "HardwareError, exit 3"  # a stopped run answers with its stop
     stop = json.loads((runs[0] / "stop.json").read_text())
     assert stop["stage"] == "seed" and stop["exit_code"] == 3
     assert not list(runs[0].glob("iterv*"))

@@ -68,7 +68,8 @@ def test_import_of_a_file_that_is_no_report(tmp_path):
     bogus = tmp_path / "notes.csv"
     bogus.write_text("hello\n")
     proc = kopt("profile", "--import", bogus, "--out", tmp_path / "out")
-    assert proc.returncode == 3 and "no kernels" in proc.stderr
+    assert proc.returncode == 4 and "is not the raw page of an ncu report" in proc.stderr  # bad input
+    assert "--page raw" in proc.stderr and not (tmp_path / "out").exists()
     proc = kopt("profile", "--import", tmp_path / "absent.ncu-rep")
     assert proc.returncode == 4
 
@@ -89,3 +90,36 @@ def test_the_peak_dtype_of_an_imported_report_is_the_input_with_most_bytes(tmp_p
     # a: 1000 halves = 2000 bytes; b: 600 floats = 2400 bytes -> b bounds the kernel
     model, dtype = reference_evidence(ref, {"M": 1000, "N": 7})
     assert model == {"flops": 2000.0, "bytes_min": 4000.0} and dtype == "float32"
+
+
+def test_the_options_of_the_command_reach_the_evidence(tmp_path):
+    from kopt_core.records import to_data
+    from kopt_core.roofline.ceilings import DEFAULT_CEILINGS
+
+    ceilings = {**to_data(DEFAULT_CEILINGS), "bandwidth_bytes_per_s": 3.0e12, "source": "a test file"}
+    path = tmp_path / "ceilings.json"
+    path.write_text(json.dumps(ceilings))
+    csv = FIXTURES / "naive_full_raw.csv"
+    dims = ("--M=2048", "--N=2048", "--K=2048")
+    proc = kopt(
+        "profile",
+        "--import",
+        csv,
+        "--ref",
+        SGEMM / "ref.py",
+        *dims,
+        "--ncu-num",
+        2,
+        "--ceilings",
+        path,
+        "--out",
+        tmp_path / "out",
+    )
+    assert proc.returncode == 0, proc.stderr
+    top = json.loads((tmp_path / "out" / "ncu_top.json").read_text())
+    assert top["ncu_num"] == 2 and max(len(rows) for rows in top["axes"].values()) == 2
+    roofline = json.loads((tmp_path / "out" / "roofline.json").read_text())
+    assert roofline["label"] == "roofline" and roofline["ceilings"]["source"] == "a test file"
+    path.write_text("{not json")
+    proc = kopt("profile", "--import", csv, "--ceilings", path, "--out", tmp_path / "bad")
+    assert proc.returncode == 4 and "ceilings file" in proc.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tempfile
 from datetime import datetime, timezone
@@ -52,28 +53,74 @@ def _run_in(folder: Path, request: BenchRequest) -> BenchResult:
         env=env,
     )
     stderr = ran.stderr or ran.error
-    partial = from_data(read_json(result_path), BenchResult) if result_path.exists() else None
+    partial = _read_partial(result_path)
+    during = _during(partial)
     if ran.timed_out:
         return _failed(
             request,
             partial,
             "timeout",
             f"the worker did not finish within the {timeout:g} s timeout (a hung or endless kernel?); "
-            "it was killed",
+            f"it was killed{during}",
             stderr,
         )
     if ran.returncode != 0:
-        how = (
-            "it could not start"
-            if ran.returncode is None
-            else f"killed by signal {-ran.returncode}"
-            if ran.returncode < 0
-            else f"exit code {ran.returncode}"
-        )
-        return _failed(request, partial, "worker", f"the worker process died ({how})", stderr)
+        return _failed(request, partial, "worker", f"the worker process died ({_how(ran)}){during}", stderr)
     if partial is None:
-        return _failed(request, None, "worker", "the worker exited without writing a result", stderr)
+        return _failed(
+            request, None, "worker", "the worker exited (exit code 0) without writing a result", stderr
+        )
+    if partial.status != "ok" and partial.error is None:  # the worker writes an error with every failure
+        return _failed(
+            request,
+            partial,
+            "worker",
+            f"the worker exited (exit code 0) before it finished{during}: did the kernel or the reference "
+            "call exit()?",
+            stderr,
+        )
     return partial
+
+
+# What the worker was doing, by the stage its last RESULT.json names (kopt_core.bench.worker.WorkerRun).
+STAGE_WORDS = {
+    "load": "loading the kernel and planning its buffers",
+    "correctness": "the correctness checks before timing",
+    "timing": "timing the kernel",
+    "recheck": "the correctness re-check after timing",
+    "reference": "timing the reference",
+}
+
+
+def _read_partial(path: Path) -> BenchResult | None:
+    """What the worker last wrote, or None when it wrote nothing readable."""
+    if not path.is_file():
+        return None
+    try:
+        return from_data(read_json(path), BenchResult)
+    except Exception:  # a result that cannot be read is no result: the caller says so
+        return None
+
+
+def _during(partial: BenchResult | None) -> str:
+    if partial is None:
+        return ", before it wrote any result (while starting or loading the kernel)"
+    if partial.status != "ok" and partial.error is None and partial.error_stage:
+        words = STAGE_WORDS.get(partial.error_stage, partial.error_stage)
+        return f", during stage {partial.error_stage} ({words})"
+    return ""
+
+
+def _how(ran) -> str:
+    if ran.returncode is None:
+        return f"it could not start: {ran.error}" if ran.error else "it could not start"
+    if ran.returncode < 0:
+        try:
+            name = f"{signal.Signals(-ran.returncode).name}, "
+        except ValueError:
+            name = ""
+        return f"killed by {name}signal {-ran.returncode}"
+    return f"exit code {ran.returncode}"
 
 
 def _failed(

@@ -95,11 +95,26 @@ class WorkerRun:
                 self.fields["backend_notes"] = {"error": _describe(exc)}
         write_json(self.result_path, to_data(self.result()))
 
+    def enter(self, stage: str) -> None:
+        """Start ``stage``: until the run ends, RESULT.json says status "error" with no error and this
+        ``error_stage``, so a worker that ends without a result (an exit, a signal) leaves the stage it
+        was in for the runner to report."""
+        self.fields["error_stage"] = stage
+        self.save()
+
     # -- stages ------------------------------------------------------------------------------------
     def run(self) -> BenchResult:
         try:
             self._run()
-            self.fields["status"] = "ok"
+            self.fields.update(status="ok", error_stage=None)
+        except SystemExit as exc:  # exit() from the kernel or the reference ends the run, never silently
+            stage = self.fields.get("error_stage") or "worker"
+            self.fields.update(
+                status="failed",
+                error_stage="worker",
+                error=f"the worker was told to exit (exit({exc.code!r})) during stage {stage}: a kernel or a "
+                "reference must not end the process",
+            )
         except StageFailed as failure:
             self.fields.update(status=failure.status, error_stage=failure.stage, error=failure.message)
         except ConfigError as exc:
@@ -113,6 +128,7 @@ class WorkerRun:
         """Load the kernel, open the device, plan and allocate the buffers (also what a profiled process
         does before its one profiled launch)."""
         artifact = self.request.artifact
+        self.enter("load")
         try:
             self.launcher = load_launcher(artifact)
         except Exception as exc:
@@ -130,13 +146,14 @@ class WorkerRun:
 
     def _run(self) -> None:
         self.prepare()
+        self.enter("correctness")
         self._correctness()
         self.fields["correctness_pass"] = True
-        self.save()
+        self.enter("timing")
 
         kernel_stats = self._time_kernel()
         self.fields["kernel_timing"] = kernel_stats
-        self.save()
+        self.enter("recheck")
 
         zeroed = self.fields.get("outputs_must_start_zeroed", False)
         self._check_once(self.options.recheck_seed, "after_timing", zeroed=zeroed)
@@ -150,6 +167,7 @@ class WorkerRun:
             )
         self.fields["timing_valid"] = True
         if self.options.time_reference:
+            self.enter("reference")
             ref_stats = self._time_reference()
             self.fields["reference_timing"] = ref_stats
             if ref_stats.median_ms > 0 and kernel_stats.median_ms > 0:

@@ -6,18 +6,20 @@ reference or dims. Click's own usage errors are configuration errors (4), never 
 
 from __future__ import annotations
 
+import math
 import sys
 
 import click
 
 from kopt_core import __version__
-from kopt_core.cli import render
+from kopt_core.cli import outputs, render
 from kopt_core.errors import EXIT_CONFIG, KoptError
 from kopt_core.jsonio import dumps
 
 
 class KoptGroup(click.Group):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        outputs.USER_OUTPUTS.clear()  # the outputs this command line chose, for the OSError below
         try:
             code = super().main(
                 args=args,
@@ -35,6 +37,9 @@ class KoptGroup(click.Group):
         except KoptError as exc:
             render.error(str(exc))
             code = exc.exit_code
+        except OSError as exc:  # a path the system refused: the user's --out (exit 4) or kopt's own (1)
+            message, code = outputs.os_error(exc)
+            render.error(message)
         if not standalone_mode:
             return code
         sys.exit(code or 0)
@@ -75,6 +80,9 @@ def backends_cmd(as_json: bool) -> int:
     return 0
 
 
+SEED_MAX = (1 << 63) - 1
+
+
 def _seeds(_ctx, _param, value: str) -> tuple[int, ...]:
     try:
         seeds = tuple(int(s) for s in value.split(",") if s.strip())
@@ -82,7 +90,25 @@ def _seeds(_ctx, _param, value: str) -> tuple[int, ...]:
         raise click.BadParameter("give seeds as integers separated by commas, e.g. 0,1,2") from None
     if not seeds:
         raise click.BadParameter("give at least one seed")
+    for seed in seeds:
+        if not 0 <= seed <= SEED_MAX:
+            raise click.BadParameter(f"seed {seed} is out of range; give seeds 0 <= seed <= {SEED_MAX}")
     return seeds
+
+
+class FiniteRange(click.FloatRange):
+    """A float in a range that is also finite: click's FloatRange lets nan (and inf with no maximum)
+    through."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{number} is not a finite number in the range {self._describe_range()}.", param, ctx)
+        return number
+
+
+POSITIVE = FiniteRange(min=0, min_open=True)
+NON_NEGATIVE = FiniteRange(min=0)
 
 
 @cli.command(
@@ -116,32 +142,42 @@ def _seeds(_ctx, _param, value: str) -> tuple[int, ...]:
     help="Timing mode; auto uses graph replays for kernels under --tiny-us.",
 )
 @click.option(
-    "--warmup-ms", type=float, default=200.0, show_default=True, help="Warm-up time per timed function."
+    "--warmup-ms",
+    type=NON_NEGATIVE,
+    default=200.0,
+    show_default=True,
+    help="Warm-up time per timed function.",
 )
 @click.option(
-    "--budget-s", type=float, default=3.0, show_default=True, help="Sampling time budget per function."
+    "--budget-s", type=POSITIVE, default=3.0, show_default=True, help="Sampling time budget per function."
 )
 @click.option(
     "--precision",
-    type=float,
+    type=FiniteRange(min=0, max=1, min_open=True),
     default=0.005,
     show_default=True,
-    help="Stop sampling when the median's 95%% interval is within this relative half-width.",
+    help="Stop sampling when the median's 95% interval is within this relative half-width.",
 )
 @click.option(
     "--tiny-us",
-    type=float,
+    type=NON_NEGATIVE,
     default=20.0,
     show_default=True,
     help="Kernels faster than this are timed as graph replays / batches.",
 )
 @click.option(
-    "--timeout-s", type=float, default=300.0, show_default=True, help="Wall-clock limit for the worker."
+    "--timeout-s", type=POSITIVE, default=300.0, show_default=True, help="Wall-clock limit for the worker."
 )
-@click.option("--atol", type=float, default=None, help="Override the reference's atol.")
-@click.option("--rtol", type=float, default=None, help="Override the reference's rtol.")
+@click.option("--atol", type=NON_NEGATIVE, default=None, help="Override the reference's atol.")
+@click.option("--rtol", type=NON_NEGATIVE, default=None, help="Override the reference's rtol.")
 @click.option("--no-reference-timing", is_flag=True, help="Do not time the reference.")
-@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write bench.json here.")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    callback=outputs.out_file,
+    help="Write bench.json here.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 def bench_cmd(
@@ -232,6 +268,7 @@ def bench_cmd(
     "out_dir",
     type=click.Path(file_okay=False),
     default=None,
+    callback=outputs.out_folder,
     help=(
         "Folder for the report, ncu_top.json, roofline.json and the plot (default: ./kopt_profile_<kernel>)."
     ),
@@ -246,10 +283,12 @@ def bench_cmd(
     show_default=True,
     help="ncu metric bundle: auto = full below 10 ms of kernel time, light above.",
 )
-@click.option("--ncu-timeout-s", type=float, default=600.0, show_default=True, help="Limit for one ncu run.")
+@click.option(
+    "--ncu-timeout-s", type=POSITIVE, default=600.0, show_default=True, help="Limit for one ncu run."
+)
 @click.option(
     "--full-timeout-s",
-    type=float,
+    type=POSITIVE,
     default=None,
     help="Limit for a full-set run (default: --ncu-timeout-s); past it kopt retries with the light set.",
 )
@@ -299,8 +338,8 @@ def profile_cmd(
     """
     from kopt_core.dims import parse_dims
     from kopt_core.errors import ConfigError
-    from kopt_core.records import to_data
-    from kopt_core.steps.profile import profile_standalone
+    from kopt_core.records import ProfileOptions, to_data
+    from kopt_core.steps.profile import load_ceilings, profile_standalone
 
     if state_path or iteration or which:
         if not (state_path and iteration and which):
@@ -312,19 +351,23 @@ def profile_cmd(
     # KERNEL is optional (--import needs none), so it is read from the free arguments: the first one that
     # is not an option; the rest are dims.
     kernel, extra = (args[0], args[1:]) if args and not args[0].startswith("--") else (None, args)
+    dims = parse_dims(dims_json, extra)
+    options = ProfileOptions(
+        ncu_num=ncu_num,
+        bundle=None if bundle == "auto" else bundle,
+        ncu_timeout_s=ncu_timeout_s,
+        full_timeout_s=full_timeout_s,
+        ceilings=load_ceilings(ceilings),
+    )
     outcome = profile_standalone(
         kernel,
         reference,
-        parse_dims(dims_json, extra),
+        dims,
         import_path=import_path,
         out_dir=out_dir,
-        ceilings_path=ceilings,
         backend=backend,
         arch=arch,
-        ncu_num=ncu_num,
-        bundle=bundle,
-        ncu_timeout_s=ncu_timeout_s,
-        full_timeout_s=full_timeout_s,
+        options=options,
         on_warning=render.warning,
     )
     if as_json:
@@ -340,6 +383,7 @@ def profile_cmd(
     type=click.Path(dir_okay=False),
     default="env.json",
     show_default=True,
+    callback=outputs.out_file,
     help="Write env.json here (also when the gate refuses: it is the evidence).",
 )
 @click.option(
@@ -419,9 +463,19 @@ def gate_cmd(out, backend, attempts, diagnostic, no_ceilings, as_json) -> int:
     type=click.Path(dir_okay=False),
     help="env.json written by `kopt gate --out env.json`.",
 )
-@click.option("--iterations", type=int, default=3, show_default=True, help="Most iterations to run.")
-@click.option("--ncu-num", type=int, default=5, show_default=True, help="Top ncu metrics per axis.")
-@click.option("--branches", type=int, default=4, show_default=True, help="Branch kernels per iteration.")
+@click.option(
+    "--iterations", type=click.IntRange(min=1), default=3, show_default=True, help="Most iterations to run."
+)
+@click.option(
+    "--ncu-num", type=click.IntRange(1, 50), default=5, show_default=True, help="Top ncu metrics per axis."
+)
+@click.option(
+    "--branches",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Branch kernels per iteration.",
+)
 @click.option("--compile-jobs", default="auto", show_default=True, help="Parallel CPU compiles: auto or N.")
 @click.option(
     "--numerics-mode",
@@ -447,10 +501,14 @@ def init_cmd(
 ) -> int:
     """Check the baseline, reference and dims (no GPU needed), then create run_YYYYMMDD_HHMMSS/ next to the
     baseline with baseline/, env.json and state.json. Prints the run folder."""
+    from pathlib import Path
+
     from kopt_core.dims import parse_dims
     from kopt_core.run.init import init_run
 
     dims = parse_dims(dims_json, extra)
+    # the run folder goes beside the baseline: a folder there that cannot be made is the user's (exit 4)
+    outputs.claim(Path(baseline).resolve().parent, "the run folder in")
     store = init_run(
         _plugin_manager(),
         baseline=baseline,
@@ -523,11 +581,17 @@ def preflight_cmd(baseline, reference, dims_json, backend, arch, extra) -> int:
 @click.option(
     "--state", "state_path", required=True, type=click.Path(), help="The run's state.json (or folder)."
 )
-def seed_cmd(state_path) -> int:
-    """Validate, time and profile the baseline into baseline/; stop the run (stop.json) if it fails."""
+@click.option(
+    "--retry",
+    is_flag=True,
+    help="The run stopped on a hardware/tool failure (exit 3): clear the stop and seed again.",
+)
+def seed_cmd(state_path, retry) -> int:
+    """Validate, time and profile the baseline into baseline/; stop the run (stop.json) if it fails.
+    A stopped run answers with what stopped it, exiting with that stop's code."""
     from kopt_core.run.seed import seed_baseline
 
-    state = seed_baseline(_plugin_manager(), _store(state_path))
+    state = seed_baseline(_plugin_manager(), _store(state_path), retry=retry)
     click.echo(f"seeded: baseline {state.best_metric_ms:.4f} ms")
     return 0
 
@@ -591,6 +655,7 @@ def iter_open_cmd(state_path, iteration) -> int:
     "out_dir",
     type=click.Path(file_okay=False),
     default=None,
+    callback=outputs.out_folder,
     help="Standalone form: where methods.json and analysis.md go (default: beside roofline.json).",
 )
 @click.option(
@@ -631,8 +696,10 @@ def select_cmd(
         return 0
     if not (roofline_path and ncu_top_path):
         raise ConfigError("give --state and --iter, or --roofline and --ncu-top")
+    from kopt_core.backends import BackendRegistry
     from kopt_core.steps.select import select_standalone
 
+    installed = tuple(BackendRegistry.from_plugins(_plugin_manager()).backends)
     click.echo(
         str(
             select_standalone(
@@ -644,6 +711,7 @@ def select_cmd(
                 dtypes=tuple(dtypes),
                 sass_path=sass_path,
                 out_dir=out_dir,
+                installed_backends=installed,
             )
         )
     )
@@ -665,11 +733,13 @@ def select_cmd(
 @click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON.")
 def sass_cmd(target, methods, baseline, arch, as_json) -> int:
     """Check TARGET (cuobjdump --dump-sass text, a cubin or a shared library) for the SASS each method
-    leaves. Exit 3 when no disassembler could run; a missing tool is never a pass."""
+    leaves. Exit 3 when no disassembler could run (a missing tool is never a pass); exit 4 when TARGET
+    or --baseline holds no device code (empty, no instructions, no cubin in it)."""
+    from kopt_core.hardware import parse_arch
     from kopt_core.records import to_data
     from kopt_core.steps.sass import check_sass
 
-    verdicts = check_sass(_plugin_manager(), target, list(methods), arch=arch, baseline=baseline)
+    verdicts = check_sass(_plugin_manager(), target, list(methods), arch=parse_arch(arch), baseline=baseline)
     if as_json:
         click.echo(dumps([to_data(v) for v in verdicts]), nl=False)
     else:

@@ -60,7 +60,7 @@ from fractions import Fraction
 
 import attrs
 
-from kopt_core.errors import HardwareError
+from kopt_core.errors import ConfigError, HardwareError
 from kopt_core.records.profile import KernelProfile, MetricValue, ProfileReport, RuleFinding
 
 # Columns of the raw page that describe the launch rather than measure it.
@@ -346,6 +346,49 @@ def parse_raw_csv(text: str, source: str = "") -> ProfileReport:
             )
         )
     return ProfileReport(kernels=tuple(kernels), aggregate=aggregate_kernels(kernels), source=source)
+
+
+RAW_PAGE_HELP = (
+    'a raw page has one row per kernel: a header "ID","Process ID",...,"Kernel Name",... then one column '
+    'per metric ("gpu__time_duration.sum", ...); export one with '
+    "`ncu --import report.ncu-rep --csv --page raw > raw.csv`"
+)
+_DETAILS_COLUMNS = frozenset({"Section Name", "Metric Name", "Metric Value"})
+
+
+def parse_imported_csv(text: str, source: str = "") -> ProfileReport:
+    """A raw-page CSV a user gives (``kopt profile --import``) as a ProfileReport. Anything else (empty,
+    binary, a foreign CSV, a details page, a truncated export, no metric with a number) is bad input: a
+    ConfigError (exit 4) saying what a raw page looks like and how to export one. (``parse_raw_csv``'s
+    HardwareError stays for ncu's own output, where no kernel row means the profiling went wrong.)"""
+    what = source or "the CSV"
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"{what} is not the raw page of an ncu report: {why}", hint=RAW_PAGE_HELP)
+
+    if not text.strip():
+        raise bad("it is empty")
+    head = text[:4096]
+    if "\x00" in head or head.count("\ufffd") > len(head) // 100:
+        raise bad("it is binary, not CSV text (an .ncu-rep report? import that file as it is)")
+    header_line = next((line for line in text.splitlines() if _is_header(line)), None)
+    if header_line is None:
+        raise bad('it has no header row starting with "ID" and naming "Kernel Name"')
+    header = _fields(header_line.strip())
+    if _DETAILS_COLUMNS <= set(header):
+        raise bad(
+            "it is a details page (one row per metric: Section Name, Metric Name, Metric Value); kopt "
+            "reads the raw page (one row per kernel, one column per metric)"
+        )
+    if not any(_is_metric_column(column) for column in header):
+        raise bad("its header names no metric column")
+    try:
+        report = parse_raw_csv(text, source=source)
+    except HardwareError:
+        raise bad("it has a header but no complete kernel row (is it truncated?)") from None
+    if not any(m.value is not None for kernel in report.kernels for m in kernel.metrics.values()):
+        raise bad("no metric column holds a number")
+    return report
 
 
 # ------------------------------------------------------------------------------------------- aggregate

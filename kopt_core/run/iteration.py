@@ -14,7 +14,7 @@ from kopt_core.ncu.runner import find_ncu
 from kopt_core.records import read_bench_result, read_profile_summary
 from kopt_core.records.state import RooflineHistoryEntry, State
 from kopt_core.run.layout import baseline_dir, iteration_dir, publish, staging_dir
-from kopt_core.run.seed import ceilings_of, prepare_in_run, profile_problem, stop_on_failure
+from kopt_core.run.seed import prepare_in_run, profile_options, profile_problem, stop_on_failure
 from kopt_core.run.store import RunStore
 from kopt_core.run.summary import render_summary
 from kopt_core.steps.profile import profile_prepared
@@ -65,6 +65,8 @@ def open_iteration(pm, store: RunStore, iteration: int) -> Path:
         final = iteration_dir(state.run_dir, iteration)
         if final.is_dir():
             return final  # opened already: running the step again changes nothing
+        if state.run_status == "stopped":
+            raise store.stopped_error(state)
         if state.run_status not in ("seeded", "running"):
             raise ConfigError(f"{store.run_dir} is {state.run_status}: seed the baseline first (kopt seed)")
         expected = state.verified_iterations + 1
@@ -82,9 +84,7 @@ def open_iteration(pm, store: RunStore, iteration: int) -> Path:
                 prepared,
                 staging,
                 name="best_input",
-                ncu_num=state.ncu_num,
-                ceilings=ceilings_of(state),
-                force_bundle=_first_bundle(state),
+                options=profile_options(state, _first_bundle(state)),
             )
             problem = profile_problem(outcome)
             if problem:
@@ -129,9 +129,7 @@ def profile_in_run(pm, store: RunStore, iteration: int, which: str) -> Path:
                 prepared,
                 folder,
                 name=which,
-                ncu_num=state.ncu_num,
-                ceilings=ceilings_of(state),
-                force_bundle=_first_bundle(state),
+                options=profile_options(state, _first_bundle(state)),
                 prefix="" if which == "best_input" else f"{which}_",
             )
         except KoptError as error:

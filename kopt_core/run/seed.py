@@ -18,7 +18,7 @@ from kopt_core.errors import (
     ValidationError,
 )
 from kopt_core.jsonio import write_json
-from kopt_core.records import BenchOptions, to_data
+from kopt_core.records import BenchOptions, ProfileOptions, to_data
 from kopt_core.records.state import RooflineHistoryEntry, State
 from kopt_core.roofline.records import Ceilings
 from kopt_core.run.layout import baseline_dir
@@ -42,6 +42,12 @@ def ceilings_of(state: State) -> Ceilings:
     if state.env is not None and state.env.ceilings is not None:
         return state.env.ceilings
     return load_ceilings(None)
+
+
+def profile_options(state: State, bundle: str | None = None) -> ProfileOptions:
+    """How the run profiles: its ``ncu_num``, the ceilings of ``ceilings_of``, and ``bundle`` (None:
+    adaptive, as for the baseline; later profiles force the baseline's), ncu's default time limits."""
+    return ProfileOptions(ncu_num=state.ncu_num, bundle=bundle, ceilings=ceilings_of(state))
 
 
 def profile_problem(outcome) -> str | None:
@@ -74,12 +80,17 @@ def prepare_in_run(
     )
 
 
-def seed_baseline(pm, store: RunStore, *, options: BenchOptions | None = None) -> State:
+def seed_baseline(pm, store: RunStore, *, options: BenchOptions | None = None, retry: bool = False) -> State:
+    """Seed the run. A stopped run answers with what stopped it (``RunStore.stopped_error``); with
+    ``retry``, a stop the environment caused (exit 3) is cleared first and the run seeded again."""
     with store.locked("seed"):
         state = store.load()
+        if state.run_status == "stopped":
+            stop = store.load_stop()
+            if not retry or stop is None or stop.exit_code != EXIT_HARDWARE:
+                raise store.stopped_error(state, retrying=retry)
+            state = store.clear_stop()
         if state.run_status != "initialized":
-            if state.run_status == "stopped":
-                raise ValidationError(f"{store.run_dir} is stopped ({state.stop_stage}: {state.stop_reason})")
             return state  # seeded already: running the step again changes nothing
         folder = baseline_dir(state.run_dir)
         try:
@@ -103,8 +114,7 @@ def seed_baseline(pm, store: RunStore, *, options: BenchOptions | None = None) -
                 prepared,
                 folder,
                 name="baseline",
-                ncu_num=state.ncu_num,
-                ceilings=ceilings_of(state),
+                options=profile_options(state),
                 bench=bench,
             )
             problem = profile_problem(outcome)

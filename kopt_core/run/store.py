@@ -19,7 +19,15 @@ from pathlib import Path
 
 import attrs
 
-from kopt_core.errors import ConfigError
+from kopt_core.errors import (
+    EXIT_CONFIG,
+    EXIT_HARDWARE,
+    EXIT_INVALID_KERNEL,
+    ConfigError,
+    HardwareError,
+    KoptError,
+    ValidationError,
+)
 from kopt_core.jsonio import dumps, read_json, write_json, write_text_atomic
 from kopt_core.records.converter import MIGRATIONS, from_data, migrate, to_data
 from kopt_core.records.state import ENV_SCHEMA_VERSION, STATE_SCHEMA_VERSION, Env, State, StopRecord
@@ -245,6 +253,49 @@ class RunStore:
         self.update(run_status="stopped", stop_reason=reason, stop_stage=stage)
         render_summary(self)
         return stop
+
+    def stopped_error(self, state: State, *, retrying: bool = False) -> KoptError:
+        """What a step answers on a stopped run: the stage and reason stop.json records and how to start
+        again (``kopt seed --retry`` after an environment failure, exit 3; a new run otherwise), with the
+        exit code that stopped the run. ``retrying``: the answer to a refused ``kopt seed --retry``."""
+        stop = self.load_stop()
+        stage = stop.stage if stop else state.stop_stage or "unknown stage"
+        reason = (stop.reason if stop else state.stop_reason) or "no reason recorded"
+        code = stop.exit_code if stop else EXIT_CONFIG
+        where = f" (iteration {stop.iteration})" if stop and stop.iteration is not None else ""
+        prefix = "cannot retry: " if retrying else ""
+        message = f"{prefix}run {self.run_dir} is stopped: {stage}{where} failed (exit {code}): {reason}"
+        if code == EXIT_HARDWARE:
+            hint = (
+                "the cause was the hardware or a tool: fix it, then start again with "
+                f"`kopt seed --state {self.run_dir} --retry`"
+            )
+        else:
+            why = "the kernel failed validation" if code == EXIT_INVALID_KERNEL else "the input was bad"
+            hint = (
+                f"--retry clears only a hardware/tool stop (exit 3); here {why}, which a retry does not "
+                "change: fix the baseline, reference or dims and start a new run with `kopt init`"
+            )
+        kind = {EXIT_HARDWARE: HardwareError, EXIT_INVALID_KERNEL: ValidationError}.get(code, ConfigError)
+        return kind(message, hint=hint)
+
+    def clear_stop(self) -> State:
+        """Undo a stop for ``kopt seed --retry``: stop.json goes and state.json returns to the status the
+        evidence shows (initialized before the baseline was timed, running once an iteration opened,
+        seeded in between); summary.md is rendered again."""
+        from kopt_core.run.summary import render_summary
+
+        state = self.load()
+        if state.best_metric_ms is None:
+            status = "initialized"
+        elif state.verified_iterations or any((e.iteration or 0) > 0 for e in state.roofline_history):
+            status = "running"
+        else:
+            status = "seeded"
+        self.stop_path.unlink(missing_ok=True)
+        state = self.update(run_status=status, stop_reason=None, stop_stage=None)
+        render_summary(self)
+        return state
 
     # the lock
     def lock_holder(self) -> dict | None:

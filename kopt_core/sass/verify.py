@@ -25,7 +25,7 @@ from typing import Any
 
 from attrs import field, frozen
 
-from kopt_core.errors import ConfigError, HardwareError
+from kopt_core.errors import EXIT_CONFIG, ConfigError, HardwareError
 from kopt_core.records.fields import as_tuple
 from kopt_core.refdata import load_document
 from kopt_core.tools import find_tool
@@ -132,6 +132,22 @@ class SassVerdict:
 
 class SassToolError(HardwareError):
     """cuobjdump is missing or failed on a file."""
+
+
+class SassInputError(SassToolError):
+    """cuobjdump ran, but the file holds no device code (empty, not a cubin, fatbin or CUDA library): the
+    input is bad, not the tool. Still a SassToolError, so a run records it as a tool_error verdict;
+    ``kopt sass`` on a loose file exits 4 with it."""
+
+    exit_code = EXIT_CONFIG
+
+
+# what cuobjdump says when it ran on a file that holds no device code
+_NO_DEVICE_CODE = re.compile(
+    r"does not contain device code|invalid fatbin header|not an? (?:valid )?(?:elf|cubin|fatbin)",
+    re.IGNORECASE,
+)
+INPUT_FORMS = "cuobjdump --dump-sass text (.sass, .txt), a cubin or a shared library with device code"
 
 
 # --------------------------------------------------------------------------------------------- parsing
@@ -350,6 +366,8 @@ def verify(
 def disassemble_file(path: str | Path, cuobjdump: str | None = None) -> str:
     """``cuobjdump --dump-sass`` of a cubin or shared library, with the given cuobjdump (a backend may
     ship its own: the Triton wheel does) or the CUDA toolkit's. SassToolError if it is missing or fails."""
+    if Path(path).is_file() and Path(path).stat().st_size == 0:
+        raise SassInputError(f"{path} is empty: no device code to disassemble", hint=f"give {INPUT_FORMS}")
     tool = cuobjdump or find_tool("cuobjdump")
     if tool is None:
         raise SassToolError(
@@ -358,7 +376,9 @@ def disassemble_file(path: str | Path, cuobjdump: str | None = None) -> str:
         )
     try:
         completed = subprocess.run(
-            [tool, "--dump-sass", str(path)],
+            # an argv list, no shell (cuobjdump uses none either); absolute, so that a name starting
+            # with "-" is never read as an option
+            [tool, "--dump-sass", str(Path(path).absolute())],
             capture_output=True,
             text=True,
             timeout=CUOBJDUMP_TIMEOUT_S,
@@ -366,6 +386,12 @@ def disassemble_file(path: str | Path, cuobjdump: str | None = None) -> str:
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SassToolError(f"cannot run {tool} on {path}: {exc}") from None
+    said = (completed.stderr or completed.stdout).strip()
+    if completed.returncode != 0 and _NO_DEVICE_CODE.search(said):
+        raise SassInputError(
+            f"{path} holds no device code ({Path(tool).name} says: {said.splitlines()[0][:300]})",
+            hint=f"give {INPUT_FORMS}",
+        )
     if completed.returncode != 0:
         raise SassToolError(
             f"{tool} --dump-sass {path} failed (exit {completed.returncode}): "

@@ -88,6 +88,9 @@ def static_contract(
     build. Warnings go to ``on_warning``."""
     path = Path(kernel)
     if not path.is_file():
+        if path.exists():  # a folder, /dev/null, a pipe: there, but not a file kopt can read as source
+            kind = "a folder" if path.is_dir() else "not a regular file"
+            raise ConfigError(f"{what} file {path} is {kind}", hint="pass the path of your .cu or .py kernel")
         raise ConfigError(
             f"{what} file {path} does not exist", hint="pass the path of your .cu or .py kernel"
         )

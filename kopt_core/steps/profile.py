@@ -37,6 +37,7 @@ from kopt_core.records import (
     BenchResult,
     KernelProfile,
     ProfiledKernel,
+    ProfileOptions,
     ProfileReport,
     ProfileSummary,
     SassFile,
@@ -117,17 +118,17 @@ def _aggregate(report: ProfileReport) -> KernelProfile:
 def analyse(
     report: ProfileReport,
     out_dir: Path,
+    options: ProfileOptions,
     *,
-    ncu_num: int,
     bundle: str,
     bundle_reason: str,
     workload: dict | None,
-    ceilings: Ceilings,
     peak_dtype: str | None,
     prefix: str = "",
 ) -> tuple[NcuTop, Roofline]:
     """ncu_top.json, roofline.json and roofline.png (each after ``prefix``) from a parsed report (live or
-    imported)."""
+    imported): the top ``options.ncu_num`` metrics per axis, the roofline against ``options.ceilings``.
+    ``bundle`` and ``bundle_reason`` are the set the report was taken with and why."""
     registry = load_registry()
     kernel = _aggregate(report)
     resolved = resolve(registry, kernel)  # keyed by the registry's (unique) keys, in its order
@@ -137,7 +138,7 @@ def analyse(
     ]
     ncu_top = build_ncu_top(
         rows,
-        ncu_num=ncu_num,
+        ncu_num=options.ncu_num,
         bundle=bundle,
         bundle_reason=bundle_reason,
         duration_ms=kernel.duration_ms,
@@ -147,7 +148,7 @@ def analyse(
         metric_values(rows),
         duration_ms=kernel.duration_ms,
         workload=workload,
-        ceilings=ceilings,
+        ceilings=options.ceilings,
         peak_dtype=peak_dtype,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -192,16 +193,14 @@ def profile_prepared(
     out_dir: str | Path,
     *,
     name: str = "kernel",
-    ncu_num: int = 5,
-    ceilings: Ceilings = DEFAULT_CEILINGS,
-    force_bundle: str | None = None,
-    ncu_timeout_s: float = 600.0,
-    full_timeout_s: float | None = None,
+    options: ProfileOptions | None = None,
     bench: BenchResult | None = None,
     prefix: str = "",
 ) -> ProfileOutcome:
-    """Profile a prepared kernel. ``bench`` is a BenchResult of it, if one was just measured (``kopt seed``
-    has one); otherwise a short check and timing runs first."""
+    """Profile a prepared kernel. ``options`` (default ``ProfileOptions()``) says how: the bundle (None:
+    adaptive), ncu's time limits, the metrics kept per axis, the ceilings. ``bench`` is a BenchResult of
+    it, if one was just measured (``kopt seed`` has one); otherwise a short check and timing runs first."""
+    options = options or ProfileOptions()
     out_dir = Path(out_dir)
     started = time.perf_counter()
     bench = bench or run_bench(pm, prepared, QUICK)
@@ -222,24 +221,20 @@ def profile_prepared(
     report_path, bundle, reason, attempts = runner.profile(
         target,
         out_dir,
+        launch=launch,
+        options=options,
         name=name,
         duration_ms=harness_ms,
-        kernel_filter=launch.kernel_filter,
-        timeout_s=ncu_timeout_s,
-        full_timeout_s=full_timeout_s,
-        force_bundle=force_bundle,
-        extra_env=launch.env,
     )
     report = _read_report(report_path, out_dir, name)
     model = prepared.reference.workload(prepared.dims)
     ncu_top, roofline = analyse(
         report,
         out_dir,
-        ncu_num=ncu_num,
+        options,
         bundle=bundle,
         bundle_reason=reason,
         workload=model,
-        ceilings=ceilings,
         peak_dtype=peak_dtype(model, [(b.dtype, b.bytes) for b in bench.buffers if b.role != "output"]),
         prefix=prefix,
     )
@@ -269,21 +264,24 @@ def import_profile(
     path: str | Path,
     out_dir: str | Path,
     *,
-    ncu_num: int = 5,
+    options: ProfileOptions | None = None,
     workload: dict | None = None,
-    ceilings: Ceilings = DEFAULT_CEILINGS,
     peak_dtype: str | None = None,
 ) -> ProfileOutcome:
     """The same outputs from an existing ``.ncu-rep`` (needs ncu) or a raw-page CSV export (needs
-    neither ncu nor a GPU)."""
+    neither ncu nor a GPU). Of ``options`` only ``ncu_num`` and ``ceilings`` apply: ncu does not run."""
+    options = options or ProfileOptions()
     path, out_dir = Path(path), Path(out_dir)
+    from kopt_core.ncu.parse import parse_imported_csv
+
     if not path.is_file():
         raise ConfigError(f"profile {path} does not exist")
-    out_dir.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".ncu-rep":
+        out_dir.mkdir(parents=True, exist_ok=True)
         report = _read_report(path, out_dir, path.stem)
-    elif path.suffix == ".csv":
-        report = parse_raw_csv(path.read_text(errors="replace"), source=str(path))
+    elif path.suffix == ".csv":  # a file the user gives: not a raw page is bad input (exit 4)
+        report = parse_imported_csv(path.read_text(errors="replace"), source=str(path))
+        out_dir.mkdir(parents=True, exist_ok=True)
     else:
         raise ConfigError(f"{path}: import takes an .ncu-rep report or a CSV of its raw page")
     bundle = "imported"
@@ -291,11 +289,10 @@ def import_profile(
     ncu_top, roofline = analyse(
         report,
         out_dir,
-        ncu_num=ncu_num,
+        options,
         bundle=bundle,
         bundle_reason=reason,
         workload=workload,
-        ceilings=ceilings,
         peak_dtype=peak_dtype,
     )
     summary = ProfileSummary(
@@ -316,28 +313,24 @@ def profile_standalone(
     *,
     import_path: str | Path | None = None,
     out_dir: str | Path | None = None,
-    ceilings_path: str | Path | None = None,
     backend: str | None = None,
     arch: str | None = None,
-    ncu_num: int = 5,
-    bundle: str = "auto",
-    ncu_timeout_s: float = 600.0,
-    full_timeout_s: float | None = None,
+    options: ProfileOptions | None = None,
     on_warning=None,
     pm=None,
 ) -> ProfileOutcome:
     """``kopt profile KERNEL --ref REF`` (check, time, then profile) or ``kopt profile --import FILE``
-    (analyse an existing report; the reference, if given, supplies the workload model). The output
+    (analyse an existing report; the reference, if given, supplies the workload model). ``options``
+    (default ``ProfileOptions()``) is how ncu runs and what the report is read against. The output
     folder defaults to ``./kopt_profile_<stem>``; ``pm`` is loaded only when a kernel is profiled."""
-    ceilings = load_ceilings(ceilings_path)
+    options = options or ProfileOptions()
     if import_path:
         model, dtype = reference_evidence(reference, dims)
         return import_profile(
             import_path,
             Path(out_dir or f"kopt_profile_{Path(import_path).stem}"),
-            ncu_num=ncu_num,
+            options=options,
             workload=model,
-            ceilings=ceilings,
             peak_dtype=dtype,
         )
     if not kernel or not reference:
@@ -353,9 +346,5 @@ def profile_standalone(
         pm,
         prepared,
         Path(out_dir or f"kopt_profile_{Path(kernel).stem}"),
-        ncu_num=ncu_num,
-        ceilings=ceilings,
-        force_bundle=None if bundle == "auto" else bundle,
-        ncu_timeout_s=ncu_timeout_s,
-        full_timeout_s=full_timeout_s,
+        options=options,
     )

@@ -14,7 +14,8 @@ from kopt_core.backends import BackendRegistry, backend_hooks
 from kopt_core.errors import ConfigError
 from kopt_core.knowledge.methods import load_methods
 from kopt_core.records import Artifact
-from kopt_core.sass import SassVerdict, disassemble_file, verify_artifact
+from kopt_core.sass import SassVerdict, disassemble_file, parse_sass, verify_artifact
+from kopt_core.sass.verify import INPUT_FORMS, SassInputError
 from kopt_core.tools import find_tool
 
 TEXT_SUFFIXES = (".sass", ".txt")
@@ -33,12 +34,28 @@ def offered_cuobjdump(pm) -> str | None:
     return None
 
 
-def _listing_text(path: Path, cuobjdump: str | None) -> str:
+def _listing_text(path: Path, cuobjdump: str | None, *, option: str = "") -> str:
+    """The SASS text of a loose file. A file that holds no device code (empty, a listing without
+    instructions, a binary cuobjdump finds no device code in) is bad input: ConfigError (exit 4), raised
+    past ``verify_artifact``, which turns only tool failures into tool_error verdicts."""
+    what = f"{option} {path}" if option else str(path)
     if not path.is_file():
-        raise ConfigError(f"{path} does not exist")
+        raise ConfigError(f"{what} does not exist: expected {INPUT_FORMS}")
     if path.suffix in TEXT_SUFFIXES:
-        return path.read_text(errors="replace")
-    return disassemble_file(path, cuobjdump)
+        text = path.read_text(errors="replace")
+    else:
+        try:
+            text = disassemble_file(path, cuobjdump)
+        except SassInputError as error:
+            raise ConfigError(
+                f"{option} {error.message}" if option else error.message, hint=error.hint
+            ) from None
+    if parse_sass(text).empty:
+        raise ConfigError(
+            f"{what} has no SASS instructions (no device code): expected {INPUT_FORMS}",
+            hint="write a listing with cuobjdump --dump-sass FILE.cubin > FILE.sass",
+        )
+    return text
 
 
 def _known_methods(methods: list[str]) -> None:
@@ -66,4 +83,9 @@ def check_sass(
     """A file's SASS: a listing is read as it is, a binary disassembled (no backend owns a loose file)."""
     _known_methods(methods)
     cuobjdump = offered_cuobjdump(pm)
-    return verify_artifact(lambda path: _listing_text(Path(path), cuobjdump), target, methods, arch, baseline)
+    baseline_path = None if baseline is None else Path(baseline)
+
+    def listing(path) -> str:
+        return _listing_text(Path(path), cuobjdump, option="--baseline" if path is baseline_path else "")
+
+    return verify_artifact(listing, Path(target), methods, arch, baseline_path)

@@ -3,10 +3,15 @@ and analysis.md (from references/templates/iteration_report.md)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import TypeVar
 
+from kopt_core.bench.buffers import FLOAT_DTYPES
+from kopt_core.contract import INTEGER_SCALARS
 from kopt_core.errors import ConfigError
-from kopt_core.jsonio import read_json, write_json, write_text_atomic
+from kopt_core.hardware import parse_arch
+from kopt_core.jsonio import write_json, write_text_atomic
 from kopt_core.knowledge.evidence import floor_share, roofline_evidence
 from kopt_core.knowledge.methods import load_methods
 from kopt_core.knowledge.select import (
@@ -16,23 +21,73 @@ from kopt_core.knowledge.select import (
     kernel_tags,
     select_methods,
 )
-from kopt_core.records import from_data, to_data
+from kopt_core.records import to_data
+from kopt_core.records.converter import read_document
 from kopt_core.refdata import packaged_text
 from kopt_core.roofline.records import NcuTop, Roofline
 
+R = TypeVar("R", Roofline, NcuTop)
+
+
+# The dtype names a kernel's operands may have (torch's, and tf32 for matmul math).
+KNOWN_DTYPES = (*FLOAT_DTYPES, *INTEGER_SCALARS, "bool", "tf32")
+
+
+def _read_profile_document(path: str | Path, cls: type[R], kind: str) -> R:
+    """``path`` as the ``kind`` document kopt profile writes (roofline.json, ncu_top.json); a missing,
+    unreadable or wrongly shaped file is a ConfigError (exit 4) naming the file and the first bad field."""
+    what = f"a {kind}.json written by kopt profile"
+    try:
+        return read_document(path, cls, kind)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path} ({exc.strerror or exc}): expected {what}") from None
+    except ValueError as exc:  # no JSON, no object, a newer schema, or a field of the wrong shape
+        text = str(exc)
+        prefix = f"{path} is not a {kind} document: "
+        if isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError)):
+            why = f"it is not JSON text ({text})"
+        elif text.startswith(prefix):
+            fields = text[len(prefix) :].split("; ")
+            more = f" (and {len(fields) - 1} more)" if len(fields) > 1 else ""
+            why = f"{fields[0]}{more}"
+        elif text.startswith(f"{path} "):
+            why = f"it {text[len(f'{path} ') :]}"
+        else:
+            why = text
+        raise ConfigError(f"{path} is not {what}: {why}") from None
+
 
 def read_evidence(roofline_path: str | Path, ncu_top_path: str | Path) -> tuple[Roofline, NcuTop]:
-    try:
-        roofline = from_data(read_json(roofline_path), Roofline)
-        ncu_top = from_data(read_json(ncu_top_path), NcuTop)
-    except (OSError, ValueError, TypeError, KeyError) as exc:
-        raise ConfigError(
-            f"cannot read the profile's evidence ({roofline_path}, {ncu_top_path}): {exc}",
-            hint="write them with kopt profile (or kopt iter open)",
-        ) from None
+    roofline = _read_profile_document(roofline_path, Roofline, "roofline")
+    ncu_top = _read_profile_document(ncu_top_path, NcuTop, "ncu_top")
     if not ncu_top.values:
         raise ConfigError(f"{ncu_top_path} has no metric values: profile again with this kopt")
     return roofline, ncu_top
+
+
+def check_standalone_options(
+    arch: str, backend: str, dtypes: tuple[str, ...], *, installed_backends: tuple[str, ...] = ()
+) -> str:
+    """The ``--arch`` nvcc spelling after checking ``arch``, ``backend`` and ``dtypes`` against what the
+    method registry knows; an unknown one is a ConfigError (exit 4) naming the option."""
+    registry = load_methods()
+    arch = parse_arch(arch)
+    if arch not in registry.architectures:
+        raise ConfigError(
+            f"--arch {arch}: the method registry knows no such architecture; expected one of "
+            f"{', '.join(registry.architectures)}"
+        )
+    backends = sorted({b for m in registry.methods for b in m.backends} | set(installed_backends))
+    if backend not in backends:
+        raise ConfigError(
+            f"--backend {backend!r} is not a kopt backend; expected one of {', '.join(backends)}"
+        )
+    for dtype in dtypes:
+        if dtype not in KNOWN_DTYPES:
+            raise ConfigError(
+                f"--dtype {dtype!r} is not a dtype name; expected one of {', '.join(KNOWN_DTYPES)}"
+            )
+    return arch
 
 
 def select_from_evidence(
@@ -136,10 +191,13 @@ def select_standalone(
     dtypes: tuple[str, ...] = (),
     sass_path: str | Path | None = None,
     out_dir: str | Path | None = None,
+    installed_backends: tuple[str, ...] = (),
 ) -> Path:
     """``kopt select --roofline R --ncu-top T``: the scan on any profile, without a run's history. The
     kernel's traits (shared-memory staging, MMA instructions...) come from ``sass_path``, else from the
-    SASS listing kopt profile kept beside roofline.json."""
+    SASS listing kopt profile kept beside roofline.json. ``installed_backends`` are accepted as
+    ``backend`` besides those the method registry names."""
+    arch = check_standalone_options(arch, backend, tuple(dtypes), installed_backends=installed_backends)
     roofline, ncu_top = read_evidence(roofline_path, ncu_top_path)
     mnemonics, traits = read_traits(sass_path, profile_dir=Path(roofline_path).parent)
     selection = select_from_evidence(

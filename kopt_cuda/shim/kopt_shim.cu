@@ -28,6 +28,16 @@ int kopt_shim_last_error(char* text, int size) {
   return static_cast<int>(err);
 }
 
+// The name and text this library's runtime gives a CUDA error code ("cudaErrorMemoryAllocation: out of
+// memory"), for the errors the other shim calls return as plain codes.
+int kopt_shim_error_text(int code, char* text, int size) {
+  if (text != nullptr && size > 0) {
+    cudaError_t err = static_cast<cudaError_t>(code);
+    std::snprintf(text, size, "%s: %s", cudaGetErrorName(err), cudaGetErrorString(err));
+  }
+  return code;
+}
+
 int kopt_shim_capture_begin() {
   return static_cast<int>(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal));
 }
