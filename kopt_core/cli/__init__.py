@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from kopt_core import __version__
+from kopt_core import __version__, progress
 from kopt_core.cli import outputs, render
 from kopt_core.errors import EXIT_CONFIG, KoptError
 from kopt_core.jsonio import dumps
@@ -20,6 +20,9 @@ from kopt_core.jsonio import dumps
 class KoptGroup(click.Group):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         outputs.USER_OUTPUTS.clear()  # the outputs this command line chose, for the OSError below
+        raw = list(sys.argv[1:] if args is None else args)
+        # A status line on stderr while kopt builds, profiles or times (a terminal only; never with --json).
+        shown_before = progress.install(None if "--json" in raw else render.status_line())
         try:
             code = super().main(
                 args=args,
@@ -40,6 +43,7 @@ class KoptGroup(click.Group):
         except OSError as exc:  # a path the system refused: the user's --out (exit 4) or kopt's own (1)
             message, code = outputs.os_error(exc)
             render.error(message)
+        progress.install(shown_before)
         if not standalone_mode:
             return code
         sys.exit(code or 0)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from rich.console import Console
 from rich.markup import escape
+from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
@@ -28,6 +33,51 @@ def error(message: str) -> None:
 def warning(message: str) -> None:
     """``kopt: warning: MESSAGE`` on stderr; MESSAGE is printed verbatim (never read as markup)."""
     err.print(Text.assemble(("kopt: warning:", "yellow"), " ", str(message)), highlight=False, soft_wrap=True)
+
+
+class StatusLine:
+    """kopt_core.progress's reporter for people: a rich status line (a spinner and what kopt is doing) on
+    ``console`` while a long step runs, when ``console`` is a terminal; nothing otherwise. Nested or
+    concurrent steps share the one line, which shows the newest step still running."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._lock = threading.Lock()
+        self._running: list[str] = []
+        self._status: Status | None = None
+
+    def _show(self) -> None:
+        if not self._running:
+            if self._status is not None:
+                self._status.stop()
+                self._status = None
+            return
+        text = Text(self._running[-1])  # foreign text (a kernel's file name): never read as markup
+        if self._status is None:
+            self._status = self.console.status(text)
+            self._status.start()
+        else:
+            self._status.update(text)
+
+    @contextmanager
+    def __call__(self, message: str) -> Iterator[None]:
+        if not self.console.is_terminal:
+            yield
+            return
+        with self._lock:
+            self._running.append(message)
+            self._show()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running.remove(message)
+                self._show()
+
+
+def status_line(console: Console | None = None) -> StatusLine:
+    """The CLI's progress reporter: a status line on stderr (``console``), shown only on a terminal."""
+    return StatusLine(console or err)
 
 
 def _table(title: str, *columns: str, show_header: bool = True) -> Table:

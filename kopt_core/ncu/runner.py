@@ -12,6 +12,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from kopt_core import progress
 from kopt_core.errors import HardwareError
 from kopt_core.process import run_in_group
 from kopt_core.records import NcuAttempt, ProfileLaunch, ProfileOptions
@@ -95,7 +96,8 @@ def profile(
         command = ncu_command(ncu, bundle, report_base, target, launch.kernel_filter)
         log = out_dir / f"ncu_{name}_{bundle}.log"
         limit = full_timeout_s if (bundle == "full" and full_timeout_s is not None) else timeout_s
-        ran = run_in_group(command, timeout_s=limit, env=env, log_path=log)
+        with progress.step(f"profiling {name} with ncu ({bundle} set, replaying the kernel)"):
+            ran = run_in_group(command, timeout_s=limit, env=env, log_path=log)
         if ran.error:
             raise HardwareError(
                 f"cannot run ncu ({ncu}): {ran.error}", hint="install Nsight Compute or put ncu on PATH"

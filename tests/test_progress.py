@@ -1,0 +1,152 @@
+"""kopt_core.progress: the core says what it is busy with (building, checking and timing, ncu replays); the
+CLI shows it as a rich status line on stderr, only on a terminal and never with --json."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+import kopt_example_backend
+from kopt_core import progress
+from kopt_core.backends import backend_hooks
+from kopt_core.cli import cli, render
+from kopt_core.records import Candidate, Toolchain
+
+REPO = Path(__file__).resolve().parents[1]
+KERNELS = REPO / "examples" / "kopt_example_backend" / "kernels"
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    @contextmanager
+    def __call__(self, message: str):
+        self.events.append(("start", message))
+        try:
+            yield
+        finally:
+            self.events.append(("end", message))
+
+
+def terminal() -> tuple[Console, io.StringIO]:
+    buffer = io.StringIO()
+    return Console(file=buffer, force_terminal=True, width=200), buffer
+
+
+def test_default_is_silent_and_reporting_restores():
+    assert progress.current() is progress.silent
+    recorder = Recorder()
+    with progress.reporting(recorder):
+        with progress.step("building a.cu"):
+            with progress.step("inner"):
+                pass
+    assert recorder.events == [
+        ("start", "building a.cu"),
+        ("start", "inner"),
+        ("end", "inner"),
+        ("end", "building a.cu"),
+    ]
+    assert progress.current() is progress.silent
+
+
+def test_a_broken_reporter_never_fails_the_work():
+    def broken(message: str):
+        raise RuntimeError("display gone")
+
+    with progress.reporting(broken):
+        with progress.step("building a.cu"):
+            done = True
+    assert done
+
+
+def test_work_errors_pass_through_the_step():
+    recorder = Recorder()
+    with progress.reporting(recorder), pytest.raises(ValueError):
+        with progress.step("building a.cu"):
+            raise ValueError("compile failed")
+    assert recorder.events[-1] == ("end", "building a.cu")
+
+
+def test_status_line_on_a_terminal_shows_the_step_verbatim():
+    console, buffer = terminal()
+    line = render.StatusLine(console)
+    with progress.reporting(line):
+        with progress.step("building [bold]x[/].cu"):
+            assert line._status is not None
+    assert line._status is None
+    assert "building [bold]x[/].cu" in buffer.getvalue()
+
+
+def test_status_line_off_a_terminal_shows_nothing():
+    buffer = io.StringIO()
+    line = render.StatusLine(Console(file=buffer, force_terminal=False))
+    with progress.reporting(line), progress.step("building a.cu"):
+        assert line._status is None
+    assert buffer.getvalue() == ""
+
+
+def test_nested_steps_share_one_line():
+    console, buffer = terminal()
+    line = render.StatusLine(console)
+    with progress.reporting(line):
+        with progress.step("checking and timing a.py"):
+            first = line._status
+            with progress.step("building a.py"):
+                assert line._status is first
+                assert line._running[-1] == "building a.py"  # the line shows the newest step
+            assert line._status is first
+            assert line._running == ["checking and timing a.py"]
+    assert line._status is None
+    assert "checking and timing a.py" in buffer.getvalue()
+
+
+@pytest.fixture
+def saxpy(tmp_path):
+    for name in ("saxpy.py", "saxpy_ref.py"):
+        shutil.copy(KERNELS / name, tmp_path / name)
+    return tmp_path / "saxpy.py", tmp_path / "saxpy_ref.py"
+
+
+def test_a_build_says_building_the_kernel(make_pm, saxpy, tmp_path):
+    hooks = backend_hooks(make_pm(kopt_example_backend), "pytorch")
+    recorder = Recorder()
+    candidate = Candidate(path=str(saxpy[0]), backend="pytorch", name="baseline")
+    with progress.reporting(recorder):
+        hooks.compile(candidate, tmp_path, Toolchain(arch=""))
+    assert ("start", "building saxpy.py") in recorder.events
+
+
+def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    console, buffer = terminal()
+    monkeypatch.setattr(render, "err", console)
+    monkeypatch.setenv("KOPT_PLUGINS", "pytorch")
+    code = cli.main(args=list(args), standalone_mode=False)
+    return code, capsys.readouterr().out, buffer.getvalue()
+
+
+def test_cli_bench_shows_status_on_a_terminal_stderr(monkeypatch, capsys, saxpy):
+    kernel, ref = saxpy
+    code, out, status = run_cli(monkeypatch, capsys, "bench", str(kernel), "--ref", str(ref), "--N=256")
+    assert code == 0, out
+    assert "building saxpy.py" in status
+    assert "checking and timing saxpy.py" in status
+    assert "building" not in out
+    assert progress.current() is progress.silent
+
+
+def test_cli_bench_json_shows_no_status(monkeypatch, capsys, saxpy):
+    kernel, ref = saxpy
+    code, out, status = run_cli(
+        monkeypatch, capsys, "bench", str(kernel), "--ref", str(ref), "--N=256", "--json"
+    )
+    assert code == 0
+    assert json.loads(out)  # stdout is the JSON document alone
+    assert "building" not in out and "building" not in status
+    assert progress.current() is progress.silent
