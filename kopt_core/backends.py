@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
 
+from kopt_core import progress
 from kopt_core.errors import ConfigError
 from kopt_core.records import (
     Artifact,
@@ -96,17 +97,19 @@ class BackendHooks:
         )
 
     def compile(self, candidate: Candidate, build_dir: Path, toolchain: Toolchain) -> Artifact:
-        return self._required(  # type: ignore[no-any-return]
-            "kopt_compile", candidate=candidate, build_dir=build_dir, toolchain=toolchain
-        )
+        with progress.step(f"building {Path(candidate.path).name}"):
+            return self._required(  # type: ignore[no-any-return]
+                "kopt_compile", candidate=candidate, build_dir=build_dir, toolchain=toolchain
+            )
 
     def bench(self, request: BenchRequest) -> BenchResult:
-        result = self._call("kopt_bench", request=request)
-        if result is None:
-            from kopt_core.bench import run_worker
+        with progress.step(f"checking and timing {Path(request.artifact.source).name}"):
+            result = self._call("kopt_bench", request=request)
+            if result is None:
+                from kopt_core.bench import run_worker
 
-            return run_worker(request)
-        return result  # type: ignore[no-any-return]
+                return run_worker(request)
+            return result  # type: ignore[no-any-return]
 
     def profile(self, artifact: Artifact, request: BenchRequest) -> ProfileLaunch:
         result = self._call("kopt_profile", artifact=artifact, request=request)
@@ -138,7 +141,8 @@ class BackendHooks:
 
 @frozen
 class BackendRegistry:
-    """Every registered backend, its owner, and the names registered more than once."""
+    """Every registered backend and its owner. A name registered by more than one plugin is a clash: it is
+    listed in ``clashes`` and cannot be used until one of the plugins is left out."""
 
     pm: PluginManager
     backends: dict[str, BackendInfo]
@@ -147,26 +151,30 @@ class BackendRegistry:
 
     @classmethod
     def from_plugins(cls, pm: PluginManager) -> BackendRegistry:
-        found: dict[str, BackendInfo] = {}
-        owners: dict[str, str] = {}
-        clashes: list[str] = []
-        for plugin in pm.get_plugins():
-            name = pm.get_name(plugin)
-            if name is None:
-                continue
+        registered: dict[str, list[tuple[str, BackendInfo]]] = {}
+        plugins = sorted((name, plugin) for plugin in pm.get_plugins() if (name := pm.get_name(plugin)))
+        for name, plugin in plugins:
 
             def register(info: BackendInfo, owner: str = name) -> None:
-                if info.name in found:
-                    clashes.append(info.name)
-                    return
-                found[info.name] = info
-                owners[info.name] = owner
+                registered.setdefault(info.name, []).append((owner, info))
 
             only_this = [other for other in pm.get_plugins() if other is not plugin]
             pm.subset_hook_caller("kopt_register_backends", remove_plugins=only_this)(register=register)
-        return cls(pm=pm, backends=found, owners=owners, clashes=tuple(clashes))
+        # A name two plugins claim belongs to neither: which one answers must never depend on load order.
+        unique = {backend: claims[0] for backend, claims in registered.items() if len(claims) == 1}
+        return cls(
+            pm=pm,
+            backends={backend: info for backend, (_, info) in unique.items()},
+            owners={backend: owner for backend, (owner, _) in unique.items()},
+            clashes=tuple(sorted(backend for backend, claims in registered.items() if len(claims) > 1)),
+        )
 
     def get(self, name: str) -> BackendInfo:
+        if name in self.clashes:
+            raise ConfigError(
+                f"backend {name!r} is registered by more than one installed plugin",
+                hint="keep one: set KOPT_PLUGINS to the entry-point names to load (kopt plugins lists them)",
+            )
         if name not in self.backends:
             known = ", ".join(sorted(self.backends)) or "none installed"
             raise ConfigError(

@@ -57,8 +57,8 @@ def kopt_register_backends(register: Callable[[BackendInfo], None]) -> None:
     """Register the backends this plugin provides: call ``register(BackendInfo(...))`` once for each.
 
     Broadcast to every plugin; the return value is ignored. The plugin that registers a backend owns it:
-    kopt sends that backend's per-backend hooks to this plugin alone. A name registered twice is a clash
-    that ``kopt backends`` reports; the first registration is kept.
+    kopt sends that backend's per-backend hooks to this plugin alone. A name registered by two plugins is
+    a clash that ``kopt backends`` reports: neither can be used until ``KOPT_PLUGINS`` leaves one out.
     """
 
 

@@ -112,9 +112,12 @@ def test_a_backend_name_registered_twice_is_a_clash(make_pm):
         module.kopt_register_backends = kopt_register_backends
         return module
 
-    pm = make_pm(plugin("a"), plugin("b"))
+    pm = make_pm(plugin("a"), plugin("b"), Minimal())
     registry = BackendRegistry.from_plugins(pm)
     assert registry.clashes == ("dup",)
+    assert set(registry.backends) == {"minimal"}  # the others still work
+    with pytest.raises(ConfigError, match="'dup' is registered by more than one installed plugin"):
+        registry.hooks("dup")
 
 
 def test_a_probe_that_raises_makes_the_backend_unavailable(make_pm):
@@ -249,6 +252,21 @@ def test_a_hook_that_returns_nothing_is_reported(make_pm, tmp_path):
     artifact = Artifact(backend="minimal", source="k.m", path="k.m", launcher="m:f")
     with pytest.raises(ConfigError, match="kopt_disassemble returned nothing"):
         hooks.disassemble(artifact)
+
+
+def test_an_empty_disassembly_is_no_listing(make_pm):
+    from kopt_core.sass import SassToolError
+
+    class Blank(Minimal):
+        @hookimpl
+        def kopt_disassemble(self, artifact):
+            return "  \n"
+
+    hooks = BackendRegistry.from_plugins(make_pm(Blank())).hooks("minimal")
+    artifact = Artifact(backend="minimal", source="k.m", path="k.m", launcher="m:f")
+    with pytest.raises(SassToolError, match="empty SASS listing"):
+        hooks.disassemble(artifact)
+    assert [v.status for v in hooks.sass_verify(artifact, ["memory.tma"], "sm_90a")] == ["tool_error"]
 
 
 def test_public_api_names_resolve():
