@@ -167,7 +167,7 @@ def test_read_document_migrates_and_says_what_is_wrong(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="newer"):
         read_bench_result(path)
     write_json(path, {"kernel": "k.cu"})
-    with pytest.raises(ValueError, match=r"not a bench document: required field missing @ \$.backend"):
+    with pytest.raises(ValueError, match="not a bench document: backend is missing"):
         read_bench_result(path)
     write_json(path, [1])
     with pytest.raises(ValueError, match="not a JSON object"):

@@ -29,7 +29,7 @@ from kopt_core.errors import (
     ValidationError,
 )
 from kopt_core.jsonio import dumps, read_json, write_json, write_text_atomic
-from kopt_core.records.converter import MIGRATIONS, from_data, migrate, to_data
+from kopt_core.records.converter import MIGRATIONS, from_document, migrate, to_data
 from kopt_core.records.state import ENV_SCHEMA_VERSION, STATE_SCHEMA_VERSION, Env, State, StopRecord
 
 STATE_FILE = "state.json"
@@ -50,6 +50,11 @@ V5_FIELDS = (
 )
 
 GATE_HINT = "run `kopt gate --out env.json` first and pass its env.json with --env"
+GATE_AGAIN_HINT = "run `kopt gate --out env.json` again and pass the new env.json with --env"
+STATE_HINT = (
+    "kopt writes state.json itself: fix the named fields by hand, or start a new run with `kopt init`"
+)
+STOP_HINT = "kopt writes stop.json itself: delete it, or fix the named fields by hand"
 
 
 class RunLocked(ConfigError):
@@ -143,7 +148,10 @@ def _state_version(data: dict) -> int:
     """The document's schema_version. A v4 state.json carries none: without one, a document that has
     every v5 field is v5, otherwise it is the pre-v5 (v4) shape."""
     if "schema_version" in data:
-        return int(data["schema_version"])
+        version = data["schema_version"]
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise ValueError(f"schema_version must be an integer (got {version!r:.40})")
+        return version
     return 5 if all(k in data for k in V5_FIELDS) else 4
 
 
@@ -152,7 +160,7 @@ def _current_state(data: dict) -> dict:
     carries its own schema_version, so a newer env.json shape needs no state migration."""
     data["schema_version"] = _state_version(data)
     data = migrate("state", data, STATE_SCHEMA_VERSION)
-    if data.get("env") is not None:
+    if isinstance(data.get("env"), dict):
         data["env"] = migrate("env", data["env"], ENV_SCHEMA_VERSION)
     return data
 
@@ -162,23 +170,34 @@ def _current_state(data: dict) -> dict:
 
 def read_record(path: Path, kind: str, version: int, cls, *, what: str, hint: str | None = None):
     """A versioned JSON record (state, env, stop): read, migrated to ``version``, converted to ``cls``.
-    Anything unreadable is a ConfigError naming ``what`` and the reason."""
+    Anything unreadable is a ConfigError naming ``what``, every bad field and the fix (``hint``)."""
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"{what} is not a regular file", hint=hint)
     try:
         data = read_json(path)
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        return from_data(_current_state(data) if kind == "state" else migrate(kind, data, version), cls)
-    except Exception as exc:
-        raise ConfigError(f"{what} is unreadable: {type(exc).__name__}: {exc}", hint=hint) from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what} is unreadable: not UTF-8 text", hint=hint) from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{what} is unreadable: not valid JSON ({exc})", hint=hint) from None
+    except OSError as exc:
+        raise ConfigError(f"{what} is unreadable: {exc.strerror or exc}", hint=hint) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} is not a JSON object (it holds a {type(data).__name__})", hint=hint)
+    try:
+        return from_document(_current_state(data) if kind == "state" else migrate(kind, data, version), cls)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ConfigError(f"{what}: {exc}", hint=hint) from None
 
 
 def read_env(path: str | os.PathLike) -> Env:
     """An env.json written by the hardware gate. Missing or unreadable: a ConfigError saying to run the
-    gate."""
+    gate (again)."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"env.json {path} does not exist", hint=GATE_HINT)
-    return read_record(path, "env", ENV_SCHEMA_VERSION, Env, what=f"env.json {path}", hint=GATE_HINT)
+    if not path.is_file():
+        raise ConfigError(f"env.json {path} is not a regular file", hint=GATE_HINT)
+    return read_record(path, "env", ENV_SCHEMA_VERSION, Env, what=f"env.json {path}", hint=GATE_AGAIN_HINT)
 
 
 # ------------------------------------------------------------------------------------------------ the store
@@ -219,7 +238,7 @@ class RunStore:
                 f"{self.run_dir} is not a kopt run: it has no {STATE_FILE}",
                 hint="create a run with `kopt init`",
             )
-        return read_record(path, "state", STATE_SCHEMA_VERSION, State, what=str(path))
+        return read_record(path, "state", STATE_SCHEMA_VERSION, State, what=str(path), hint=STATE_HINT)
 
     def save(self, state: State) -> Path:
         return write_json(self.state_path, to_data(state))
@@ -239,7 +258,7 @@ class RunStore:
     def load_stop(self) -> StopRecord | None:
         if not self.stop_path.is_file():
             return None
-        return read_record(self.stop_path, "stop", 1, StopRecord, what=str(self.stop_path))
+        return read_record(self.stop_path, "stop", 1, StopRecord, what=str(self.stop_path), hint=STOP_HINT)
 
     def write_stop(self, stage: str, reason: str, exit_code: int, iteration: int | None = None) -> StopRecord:
         """Stop the run: stop.json first (a stopped state always has its stop.json), then state.json

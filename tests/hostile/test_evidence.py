@@ -86,7 +86,7 @@ def test_select_names_a_field_of_the_wrong_shape(work):
     data = json.loads((work / "ncu_top.json").read_text())
     data["axes"] = {"compute": [1]}
     (work / "ncu_top.json").write_text(json.dumps(data))
-    refused(select(work, work / "roofline.json", work / "ncu_top.json"), "ncu_top.json", "$.axes")
+    refused(select(work, work / "roofline.json", work / "ncu_top.json"), "ncu_top.json", "axes.compute[0]")
 
 
 def test_select_refuses_a_missing_file(work):
