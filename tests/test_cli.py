@@ -100,9 +100,10 @@ def test_click_usage_errors_are_exit_4_not_2(tmp_path, ref):
 def test_json_mode_reports_errors_as_json(tmp_path, ref):
     proc = kopt("bench", tmp_path / "absent.cu", "--ref", ref, "--N=16", "--json")
     assert proc.returncode == 4
-    document = json.loads(proc.stdout)
-    assert document["status"] == "error" and document["exit_code"] == 4
-    assert "absent.cu does not exist" in document["error"]
+    document = json.loads(proc.stdout)  # the envelope (tests/hostile/test_json.py checks its schema)
+    assert document["ok"] is False and document["exit_code"] == 4 and document["result"] is None
+    assert document["command"] == "bench" and document["error"]["type"] == "ConfigError"
+    assert "absent.cu does not exist" in document["error"]["message"]
 
 
 @pytest.mark.nvcc
@@ -122,7 +123,7 @@ def test_plugins_and_backends_commands(tmp_path):
     )
     proc = kopt("backends", "--json", plugins="cuda,triton,cutlass")
     assert proc.returncode == 0
-    names = {row["name"]: row for row in json.loads(proc.stdout)}
+    names = {row["name"]: row for row in json.loads(proc.stdout)["result"]["backends"]}
     assert set(names) == {"cuda", "triton", "cutlass"}
     assert names["cuda"]["suffixes"] == [".cu"]
     for row in names.values():

@@ -40,7 +40,7 @@ def test_import_with_a_workload_model_gives_a_real_roofline(tmp_path):
         "--json",
     )
     assert proc.returncode == 0, proc.stderr
-    summary = json.loads(proc.stdout)
+    summary = json.loads(proc.stdout)["result"]
     assert summary["ncu_duration_ms"] == pytest.approx(3.140224)
     roofline = json.loads((tmp_path / "roofline.json").read_text())
     assert roofline["label"] == "roofline" and roofline["peak_dtype"] == "float32"

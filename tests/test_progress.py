@@ -147,6 +147,6 @@ def test_cli_bench_json_shows_no_status(monkeypatch, capsys, saxpy):
         monkeypatch, capsys, "bench", str(kernel), "--ref", str(ref), "--N=256", "--json"
     )
     assert code == 0
-    assert json.loads(out)  # stdout is the JSON document alone
+    assert json.loads(out)["result"]["status"] == "ok"  # stdout is the JSON envelope alone
     assert "building" not in out and "building" not in status
     assert progress.current() is progress.silent

@@ -12,8 +12,8 @@ import sys
 import click
 
 from kopt_core import __version__, progress
-from kopt_core.cli import outputs, render
-from kopt_core.errors import EXIT_CONFIG, KoptError
+from kopt_core.cli import envelope, outputs, render
+from kopt_core.errors import EXIT_CONFIG, EXIT_HARDWARE, KoptError
 from kopt_core.jsonio import dumps
 
 
@@ -21,8 +21,10 @@ class KoptGroup(click.Group):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         outputs.USER_OUTPUTS.clear()  # the outputs this command line chose, for the OSError below
         raw = list(sys.argv[1:] if args is None else args)
-        # A status line on stderr while kopt builds, profiles or times (a terminal only; never with --json).
-        shown_before = progress.install(None if "--json" in raw else render.status_line())
+        as_json = envelope.wants_json(raw)
+        failure: dict | None = None
+        # a status line on stderr while kopt builds, profiles or times (a terminal only; never with --json)
+        shown_before = progress.install(None if as_json else render.status_line())
         try:
             code = super().main(
                 args=args,
@@ -34,16 +36,22 @@ class KoptGroup(click.Group):
         except click.exceptions.Abort:
             render.error("aborted")
             code = 1
+            failure = envelope.error_data("Abort", "aborted")
         except click.ClickException as exc:  # usage errors: a bad command line is a configuration error
             exc.show()
             code = EXIT_CONFIG
+            failure = envelope.error_data("UsageError", exc.format_message())
         except KoptError as exc:
             render.error(str(exc))
             code = exc.exit_code
+            failure = envelope.kopt_error(exc)
         except OSError as exc:  # a path the system refused: the user's --out (exit 4) or kopt's own (1)
             message, code = outputs.os_error(exc)
             render.error(message)
+            failure = envelope.error_data("ConfigError" if code == EXIT_CONFIG else "OSError", message)
         progress.install(shown_before)
+        if failure is not None and as_json:  # the command printed nothing: the failure is the envelope
+            envelope.emit(envelope.command_of(self, raw), code, None, failure)
         if not standalone_mode:
             return code
         sys.exit(code or 0)
@@ -62,25 +70,32 @@ def _plugin_manager():
 
 
 @cli.command("plugins")
-def plugins_cmd() -> int:
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the envelope (result: {plugins: [...]}) on stdout."
+)
+def plugins_cmd(as_json: bool) -> int:
     """List loaded plugins (name, package version, hooks) as JSON."""
     from kopt_core.plugins import describe_plugins
 
-    click.echo(dumps(describe_plugins(_plugin_manager())), nl=False)
+    plugins = describe_plugins(_plugin_manager())
+    if as_json:
+        return envelope.emit("plugins", 0, {"plugins": plugins})
+    click.echo(dumps(plugins), nl=False)
     return 0
 
 
 @cli.command("backends")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the envelope (result: {backends: [...]}) on stdout."
+)
 def backends_cmd(as_json: bool) -> int:
     """List backends: file suffixes, whether each is available here, and why not."""
     from kopt_core.steps.backends import list_backends
 
     rows = list_backends(_plugin_manager())
     if as_json:
-        click.echo(dumps(rows), nl=False)
-    else:
-        render.backends_table(rows)
+        return envelope.emit("backends", 0, {"backends": rows})
+    render.backends_table(rows)
     return 0
 
 
@@ -182,7 +197,9 @@ NON_NEGATIVE = FiniteRange(min=0)
     callback=outputs.out_file,
     help="Write bench.json here.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the envelope (result: the BenchResult) on stdout."
+)
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 def bench_cmd(
     kernel,
@@ -210,11 +227,12 @@ def bench_cmd(
     Dims follow as --NAME=VALUE (e.g. --M=4096 --N=4096 --K=4096) or --dims JSON.
     """
     from kopt_core.dims import parse_dims
+    from kopt_core.errors import HardwareError
     from kopt_core.records import BenchOptions, to_data
     from kopt_core.steps.bench import bench_kernel, exit_code
 
+    dims = parse_dims(dims_json, extra)
     try:
-        dims = parse_dims(dims_json, extra)
         options = BenchOptions(
             seeds=seeds,
             l2=l2,
@@ -239,15 +257,56 @@ def bench_cmd(
             on_warning=render.warning,
             out=out,
         )
-    except KoptError as exc:
+    except HardwareError as exc:
+        # exit 3 before a worker ran (no GPU, the backend cannot run here): the contract was checked, so
+        # bench.json and the envelope still carry a result, one that says why nothing was measured
+        failed = _bench_error_result(kernel, reference, backend, dims, options, exc)
+        if out:
+            from kopt_core.jsonio import write_json
+
+            write_json(out, failed)
+        render.error(str(exc))
         if as_json:
-            click.echo(dumps({"status": "error", "error": str(exc), "exit_code": exc.exit_code}), nl=False)
-        raise
+            return envelope.emit("bench", exc.exit_code, failed, envelope.kopt_error(exc))
+        return exc.exit_code
+    code = exit_code(result)
     if as_json:
-        click.echo(dumps(to_data(result)), nl=False)
-    else:
-        render.bench_report(result)
-    return exit_code(result)
+        error = None
+        if code:
+            message = result.error or f"the kernel did not pass (status {result.status})"
+            error = envelope.error_data(envelope.TYPE_FOR_EXIT.get(code, "KoptError"), message)
+        return envelope.emit("bench", code, to_data(result), error)
+    render.bench_report(result)
+    return code
+
+
+def _bench_error_result(kernel, reference, backend, dims, options, exc: KoptError) -> dict:
+    """bench.json for a bench that stopped before its worker: status error, stage device."""
+    from datetime import datetime, timezone
+    from pathlib import Path
+
+    from kopt_core.backends import BackendRegistry
+    from kopt_core.records import BenchResult, to_data
+
+    if not backend:
+        try:
+            backend = BackendRegistry.from_plugins(_plugin_manager()).detect(kernel).name
+        except KoptError:
+            backend = ""
+    return to_data(
+        BenchResult(
+            kernel=str(Path(kernel).resolve()),
+            backend=backend,
+            status="error",
+            error=str(exc),
+            error_stage="device",
+            reference_file=str(Path(reference).resolve()),
+            dims=dict(dims),
+            options=options,
+            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            kopt_version=__version__,
+        )
+    )
 
 
 @cli.command("profile", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -302,7 +361,12 @@ def bench_cmd(
     default=None,
     help="Device ceilings JSON (python -m kopt_core.roofline.ceilings); default: built-in H200 figures.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print profile.json on stdout.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the envelope (result: profile.json with the roofline and the output folder) on stdout.",
+)
 @click.option(
     "--state",
     "state_path",
@@ -350,7 +414,12 @@ def profile_cmd(
             raise ConfigError("the run form needs all of --state, --iter and --which")
         from kopt_core.run.iteration import profile_in_run
 
-        click.echo(str(profile_in_run(_plugin_manager(), _store(state_path), iteration, which)))
+        store = _store(state_path)
+        written = envelope.Written(store.run_dir)
+        folder = profile_in_run(_plugin_manager(), store, iteration, which)
+        if as_json:
+            return envelope.emit("profile", 0, envelope.run_result(store.run_dir, written, path=str(folder)))
+        click.echo(str(folder))
         return 0
     # KERNEL is optional (--import needs none), so it is read from the free arguments: the first one that
     # is not an option; the rest are dims.
@@ -375,9 +444,13 @@ def profile_cmd(
         on_warning=render.warning,
     )
     if as_json:
-        click.echo(dumps(to_data(outcome.summary)), nl=False)
-    else:
-        render.profile_report(outcome)
+        result = {
+            **to_data(outcome.summary),
+            "roofline": to_data(outcome.roofline),
+            "out_dir": str(outcome.out_dir),
+        }
+        return envelope.emit("profile", 0, result)
+    render.profile_report(outcome)
     return 0
 
 
@@ -405,7 +478,9 @@ def profile_cmd(
 )
 @click.option("--diagnostic", is_flag=True, help="Report everything; never authorise generation.")
 @click.option("--no-ceilings", is_flag=True, help="Do not measure the device ceilings.")
-@click.option("--json", "as_json", is_flag=True, help="Print env.json on stdout instead of a table.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the envelope (result: env.json) on stdout, not a table."
+)
 def gate_cmd(out, backend, attempts, diagnostic, no_ceilings, as_json) -> int:
     """The strict hardware gate: GPU, CUDA context, tools, backend, ncu counters and ceilings -> env.json.
 
@@ -413,7 +488,7 @@ def gate_cmd(out, backend, attempts, diagnostic, no_ceilings, as_json) -> int:
     """
     from pathlib import Path
 
-    from kopt_core.errors import EXIT_HARDWARE, EXIT_OK
+    from kopt_core.errors import EXIT_OK
     from kopt_core.records import to_data
     from kopt_core.steps.gate import run_gate
 
@@ -428,22 +503,23 @@ def gate_cmd(out, backend, attempts, diagnostic, no_ceilings, as_json) -> int:
             f"kopt gate: {message}", style="dim", highlight=False, markup=False, soft_wrap=True
         ),
     )
-    if as_json:
-        click.echo(dumps(to_data(env)), nl=False)
-    else:
+    if not as_json:
         render.gate_report(env)
     if env.generation_allowed:
-        return EXIT_OK
+        return envelope.emit("gate", EXIT_OK, to_data(env)) if as_json else EXIT_OK
     if diagnostic:
         render.warning(
             f"diagnostic run: generation is never authorised; wrote {out}"
             + "".join(f"\n  - {problem}" for problem in env.problems)
         )
-        return EXIT_OK
-    render.error(
-        f"the hardware gate refuses generation ({env.attempts} attempt(s); evidence in {out}):"
-        + "".join(f"\n  - {problem}" for problem in env.problems)
-    )
+        return envelope.emit("gate", EXIT_OK, to_data(env)) if as_json else EXIT_OK
+    problems = "".join(f"\n  - {problem}" for problem in env.problems)
+    refusal = f"the hardware gate refuses generation ({env.attempts} attempt(s); evidence in {out}):"
+    refusal += problems
+    render.error(refusal)
+    if as_json:
+        error = envelope.error_data("HardwareError", refusal)
+        return envelope.emit("gate", EXIT_HARDWARE, to_data(env), error)
     return EXIT_HARDWARE
 
 
@@ -489,6 +565,9 @@ def gate_cmd(out, backend, attempts, diagnostic, no_ceilings, as_json) -> int:
     help="Numerical contract for methods.",
 )
 @click.option("--backend", default=None, help="Backend name (default: detected from the file).")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the envelope (result: the run folder) on stdout."
+)
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[--NAME=VALUE]...")
 def init_cmd(
     baseline,
@@ -501,6 +580,7 @@ def init_cmd(
     compile_jobs,
     numerics_mode,
     backend,
+    as_json,
     extra,
 ) -> int:
     """Check the baseline, reference and dims (no GPU needed), then create run_YYYYMMDD_HHMMSS/ next to the
@@ -527,21 +607,26 @@ def init_cmd(
         backend=backend,
         on_warning=render.warning,
     )
+    if as_json:
+        written = envelope.Written(store.run_dir)
+        written.before = {}  # everything in the new run folder was written by this command
+        return envelope.emit("init", 0, envelope.run_result(store.run_dir, written))
     click.echo(str(store.run_dir))
     return 0
 
 
 @cli.command("status")
 @click.argument("run_dir", type=click.Path(file_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the envelope (result: the run's status) on stdout."
+)
 def status_cmd(run_dir, as_json) -> int:
     """Where RUN stands: status, stop, iterations, best vs baseline, iteration folders, the lock."""
     from kopt_core.run.status import run_status
 
     info = run_status(run_dir)
     if as_json:
-        click.echo(dumps(info), nl=False)
-        return 0
+        return envelope.emit("status", 0, info)
     render.status_report(info)
     return 0
 
@@ -561,22 +646,39 @@ def _store(state_path: str):
 @click.option("--dims", "dims_json", default=None, help="Dims as JSON.")
 @click.option("--backend", default=None, help="Backend name (default: detected from the file).")
 @click.option("--arch", default=None, help="Target architecture for the build check (default: the GPU's).")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the envelope (result: what was checked) on stdout."
+)
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[--NAME=VALUE]...")
-def preflight_cmd(baseline, reference, dims_json, backend, arch, extra) -> int:
+def preflight_cmd(baseline, reference, dims_json, backend, arch, as_json, extra) -> int:
     """The static contract: the kernel parses and builds, the reference imports and fits, every dim is
     given. No GPU needed. Exit 4 with the reasons."""
+    from pathlib import Path
+
     from kopt_core.dims import parse_dims
     from kopt_core.steps.bench import preflight_kernel
 
+    dims = parse_dims(dims_json, extra)
     outcome = preflight_kernel(
         _plugin_manager(),
         baseline,
         reference,
-        parse_dims(dims_json, extra),
+        dims,
         backend=backend,
         arch=arch,
         on_warning=render.warning,
     )
+    if as_json:
+        result = {
+            "kernel": str(Path(baseline).resolve()),
+            "reference": str(Path(reference).resolve()),
+            "dims": dims,
+            "backend": backend,
+            "arch": arch,
+            "checks": ["kernel contract", "reference", "dims", "build"],
+            "summary": outcome,
+        }
+        return envelope.emit("preflight", 0, result)
     click.echo(f"preflight passed: {outcome}")
     return 0
 
@@ -590,12 +692,20 @@ def preflight_cmd(baseline, reference, dims_json, backend, arch, extra) -> int:
     is_flag=True,
     help="The run stopped on a hardware/tool failure (exit 3): clear the stop and seed again.",
 )
-def seed_cmd(state_path, retry) -> int:
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the envelope (result: the run folder) on stdout."
+)
+def seed_cmd(state_path, retry, as_json) -> int:
     """Validate, time and profile the baseline into baseline/; stop the run (stop.json) if it fails.
     A stopped run answers with what stopped it, exiting with that stop's code."""
     from kopt_core.run.seed import seed_baseline
 
-    state = seed_baseline(_plugin_manager(), _store(state_path), retry=retry)
+    store = _store(state_path)
+    written = envelope.Written(store.run_dir)
+    state = seed_baseline(_plugin_manager(), store, retry=retry)
+    if as_json:
+        result = envelope.run_result(store.run_dir, written, best_metric_ms=state.best_metric_ms)
+        return envelope.emit("seed", 0, result)
     click.echo(f"seeded: baseline {state.best_metric_ms:.4f} ms")
     return 0
 
@@ -610,11 +720,19 @@ def iter_group() -> None:
     "--state", "state_path", required=True, type=click.Path(), help="The run's state.json (or folder)."
 )
 @click.option("--iter", "iteration", required=True, type=click.IntRange(1, None), help="Iteration number.")
-def iter_open_cmd(state_path, iteration) -> int:
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the envelope (result: the run folder) on stdout."
+)
+def iter_open_cmd(state_path, iteration, as_json) -> int:
     """Recheck the hardware, profile the best kernel into staging, publish iterv{i}/ when complete."""
     from kopt_core.run.iteration import open_iteration
 
-    click.echo(str(open_iteration(_plugin_manager(), _store(state_path), iteration)))
+    store = _store(state_path)
+    written = envelope.Written(store.run_dir)
+    folder = open_iteration(_plugin_manager(), store, iteration)
+    if as_json:
+        return envelope.emit("iter open", 0, envelope.run_result(store.run_dir, written, path=str(folder)))
+    click.echo(str(folder))
     return 0
 
 
@@ -669,6 +787,9 @@ def iter_open_cmd(state_path, iteration) -> int:
     metavar="METHOD",
     help="Run form: select this implementation-failed method again, knowing it failed before.",
 )
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the envelope (result: the files written) on stdout."
+)
 def select_cmd(
     state_path,
     iteration,
@@ -681,6 +802,7 @@ def select_cmd(
     sass_path,
     out_dir,
     acknowledged,
+    as_json,
 ) -> int:
     """Pick methods by the budget-aware priority scan; write methods.json and analysis.md."""
     from kopt_core.errors import ConfigError
@@ -690,35 +812,36 @@ def select_cmd(
             raise ConfigError("the run form needs --state and --iter")
         from kopt_core.run.iteration import select_in_run
 
-        click.echo(
-            str(
-                select_in_run(
-                    _plugin_manager(), _store(state_path), iteration, acknowledged=tuple(acknowledged)
-                )
-            )
-        )
+        store = _store(state_path)
+        written = envelope.Written(store.run_dir)
+        methods = select_in_run(_plugin_manager(), store, iteration, acknowledged=tuple(acknowledged))
+        if as_json:
+            return envelope.emit("select", 0, envelope.run_result(store.run_dir, written, path=str(methods)))
+        click.echo(str(methods))
         return 0
     if not (roofline_path and ncu_top_path):
         raise ConfigError("give --state and --iter, or --roofline and --ncu-top")
+    from pathlib import Path
+
     from kopt_core.backends import BackendRegistry
     from kopt_core.steps.select import select_standalone
 
     installed = tuple(BackendRegistry.from_plugins(_plugin_manager()).backends)
-    click.echo(
-        str(
-            select_standalone(
-                roofline_path,
-                ncu_top_path,
-                arch=arch,
-                backend=backend,
-                numerics_mode=numerics_mode,
-                dtypes=tuple(dtypes),
-                sass_path=sass_path,
-                out_dir=out_dir,
-                installed_backends=installed,
-            )
-        )
+    written = envelope.Written(Path(out_dir or Path(roofline_path).parent))
+    methods = select_standalone(
+        roofline_path,
+        ncu_top_path,
+        arch=arch,
+        backend=backend,
+        numerics_mode=numerics_mode,
+        dtypes=tuple(dtypes),
+        sass_path=sass_path,
+        out_dir=out_dir,
+        installed_backends=installed,
     )
+    if as_json:
+        return envelope.emit("select", 0, envelope.run_result(None, written, path=str(methods)))
+    click.echo(str(methods))
     return 0
 
 
@@ -734,7 +857,9 @@ def select_cmd(
 @click.option(
     "--arch", default="sm_90a", show_default=True, help="The architecture the target was built for."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the envelope (result: {target, verdicts}) on stdout."
+)
 def sass_cmd(target, methods, baseline, arch, as_json) -> int:
     """Check TARGET (cuobjdump --dump-sass text, a cubin or a shared library) for the SASS each method
     leaves. Exit 3 when no disassembler could run (a missing tool is never a pass); exit 4 when TARGET
@@ -744,11 +869,15 @@ def sass_cmd(target, methods, baseline, arch, as_json) -> int:
     from kopt_core.steps.sass import check_sass
 
     verdicts = check_sass(_plugin_manager(), target, list(methods), arch=parse_arch(arch), baseline=baseline)
+    code = EXIT_HARDWARE if verdicts and all(v.status == "tool_error" for v in verdicts) else 0
     if as_json:
-        click.echo(dumps([to_data(v) for v in verdicts]), nl=False)
-    else:
-        render.sass_report(target, verdicts)
-    return 3 if verdicts and all(v.status == "tool_error" for v in verdicts) else 0
+        result = {"target": str(target), "verdicts": [to_data(v) for v in verdicts]}
+        error = None
+        if code:
+            error = envelope.error_data("HardwareError", "no disassembler could read the target")
+        return envelope.emit("sass", code, result, error)
+    render.sass_report(target, verdicts)
+    return code
 
 
 def main() -> None:

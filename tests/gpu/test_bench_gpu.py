@@ -74,20 +74,10 @@ def run_bench(
 
 
 def _parse_json(stdout: str) -> dict[str, Any] | None:
-    """The BenchResult from stdout; tolerate stray lines before it (a toolkit warning, say)."""
-    text = stdout.strip()
-    if not text:
-        return None
+    """The BenchResult: the result of the --json envelope on stdout, which is the only thing there."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        pass
-    start = text.find("\n{")
-    if start < 0:
-        return None
-    try:
-        return json.loads(text[start + 1 :])
-    except json.JSONDecodeError:
+        return json.loads(stdout)["result"]
+    except (json.JSONDecodeError, KeyError, TypeError):
         return None
 
 

@@ -38,8 +38,8 @@ def kopt_profile(kernel: Path, ref: Path, out: Path, *args: str) -> tuple[int, d
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=dict(os.environ))
     try:
-        summary = json.loads(done.stdout)
-    except json.JSONDecodeError:
+        summary = json.loads(done.stdout)["result"]  # profile.json, the roofline and the folder
+    except (json.JSONDecodeError, KeyError, TypeError):
         summary = None
     return done.returncode, summary, done.stderr[-3000:]
 

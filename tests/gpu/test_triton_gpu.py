@@ -76,14 +76,11 @@ def run_bench(
 
 
 def _parse_json(stdout: str) -> dict[str, Any] | None:
-    """The BenchResult from stdout; tolerate stray lines before it (a toolkit warning, say)."""
-    text = stdout.strip()
-    for start in (0, text.find("\n{") + 1):
-        try:
-            return json.loads(text[start:])
-        except json.JSONDecodeError:
-            continue
-    return None
+    """The BenchResult: the result of the --json envelope on stdout, which is the only thing there."""
+    try:
+        return json.loads(stdout)["result"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return None
 
 
 def workload(ref: Path, dims: dict) -> dict:

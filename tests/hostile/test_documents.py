@@ -198,3 +198,12 @@ def test_read_document_names_each_bad_field(tmp_path):
     assert "status must be one of 'ok', 'failed', 'error' (got 1)" in message
     assert "backend must be a string" in message
     assert "sub-exception" not in message
+
+
+def test_a_corrupted_state_json_under_json_is_one_envelope(run, folder):
+    corrupt(run / "state.json", branches="four")
+    proc = kopt("status", run, "--json", cwd=folder)
+    assert proc.returncode == 4
+    envelope = json.loads(proc.stdout)
+    assert envelope["ok"] is False and envelope["result"] is None and envelope["command"] == "status"
+    assert "branches" in envelope["error"]["message"] and "integer" in envelope["error"]["message"]

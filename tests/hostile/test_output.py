@@ -196,7 +196,7 @@ def test_good_out_is_written_where_asked_and_nowhere_else(work):
     assert proc.returncode == 0, proc.stderr
     added = {k for k in tree(work) if k not in before}
     assert added and all(k == "new" or k.startswith("new/") for k in added)
-    assert json.loads(proc.stdout)["report"]
+    assert json.loads(proc.stdout)["result"]["report"]
 
 
 _SIMULATE = """
