@@ -119,7 +119,7 @@ def test_cli_diagnostic_exits_0_and_never_authorises(tmp_path):
     assert proc.returncode == 0, proc.stderr
     data = json.loads((tmp_path / "env.json").read_text())
     assert data["generation_allowed"] is False and data["diagnostic"] is True
-    assert json.loads(proc.stdout) == data
+    assert json.loads(proc.stdout)["result"] == data
     assert "never authorised" in proc.stderr
 
 

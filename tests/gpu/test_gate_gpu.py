@@ -28,8 +28,8 @@ def kopt_gate(out: Path, *args: str) -> tuple[int, dict | None, str]:
         command, capture_output=True, text=True, timeout=1200, env=dict(os.environ), cwd=out.parent
     )
     try:
-        data = json.loads(done.stdout)
-    except json.JSONDecodeError:
+        data = json.loads(done.stdout)["result"]  # env.json, the envelope's result
+    except (json.JSONDecodeError, KeyError, TypeError):
         data = None
     return done.returncode, data, done.stderr[-4000:]
 

@@ -4,10 +4,8 @@ with one message naming every bad field and the fix, never a Traceback or cattrs
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,20 +15,14 @@ from kopt_core.records import BenchResult, read_document
 from kopt_core.records.converter import to_data
 from kopt_core.records.state import Env, EnvGpu
 
+from . import run_kopt
+
 REPO = Path(__file__).resolve().parents[2]
 KERNELS = REPO / "examples" / "kopt_example_backend" / "kernels"
 
 
 def kopt(*args, cwd: Path) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "kopt_core.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-        env=dict(os.environ, KOPT_PLUGINS="pytorch", COLUMNS="400", TMPDIR=str(cwd)),
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
+    proc = run_kopt(*args, cwd=cwd, plugins="pytorch", columns=400, env={"TMPDIR": str(cwd)})
     assert "sub-exception" not in proc.stderr + proc.stdout
     assert "ValidationError" not in proc.stderr + proc.stdout
     return proc

@@ -5,13 +5,13 @@ never exit 3 (that is for a missing GPU or tool), and nothing written outside th
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from . import run_kopt
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "h200"
@@ -20,14 +20,7 @@ RAW_EXPORT = "ncu --import report.ncu-rep --csv --page raw > raw.csv"
 
 
 def kopt(*args, cwd: Path, plugins: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "kopt_core.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-        env=dict(os.environ, KOPT_PLUGINS=plugins, COLUMNS="400", TMPDIR=str(cwd)),
-    )
+    return run_kopt(*args, cwd=cwd, plugins=plugins, columns=400, env={"TMPDIR": str(cwd)})
 
 
 def refused(proc: subprocess.CompletedProcess, *words: str) -> str:

@@ -5,10 +5,8 @@ exit_code is the process's."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
@@ -19,6 +17,8 @@ from kopt_core.jsonio import write_json
 from kopt_core.records.converter import to_data
 from kopt_core.records.state import Env
 from kopt_core.refdata import references_dir
+
+from . import run_kopt
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "h200"
@@ -31,15 +31,7 @@ FAST = ("--warmup-ms", "0", "--budget-s", "0.2", "--seeds", "0")
 
 def kopt(*args, cwd: Path | None = None) -> tuple[subprocess.CompletedProcess, dict]:
     """Run kopt with the arguments; check the envelope on stdout and return the process and it."""
-    env = dict(os.environ, KOPT_PLUGINS="pytorch,cuda", COLUMNS="200")
-    proc = subprocess.run(
-        [sys.executable, "-m", "kopt_core.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=300,
-    )
+    proc = run_kopt(*args, cwd=cwd, plugins="pytorch,cuda")
     document = json.loads(proc.stdout)  # exactly one document: json.loads refuses anything after it
     jsonschema.validate(document, SCHEMA)
     assert document["schema_version"] == SCHEMA_VERSION

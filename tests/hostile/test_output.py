@@ -6,12 +6,12 @@ messages say what is really wrong. Every case drives the ``kopt`` command in a s
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from . import run_kopt
 
 REPO = Path(__file__).resolve().parents[2]
 SCALE = REPO / "examples" / "cuda" / "vector_scale"
@@ -21,15 +21,7 @@ FIXTURES = REPO / "tests" / "fixtures" / "h200"
 def kopt(
     *args, cwd: Path, plugins: str = "cuda", columns: int = 200, python: tuple = ("-m", "kopt_core.cli")
 ):
-    env = dict(os.environ, KOPT_PLUGINS=plugins, COLUMNS=str(columns))
-    return subprocess.run(
-        [sys.executable, *python, *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=300,
-    )
+    return run_kopt(*args, cwd=cwd, plugins=plugins, columns=columns, python=python)
 
 
 def tree(folder: Path) -> dict[str, bytes | None]:

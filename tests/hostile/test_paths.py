@@ -11,14 +11,14 @@ and line), no injected command ran, and nothing printed a traceback or kopt's in
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from . import run_kopt
 
 REPO = Path(__file__).resolve().parents[2]
 SCALE = REPO / "examples" / "cuda" / "vector_scale"
@@ -60,24 +60,14 @@ needs_nvcc = pytest.mark.nvcc
 
 
 def kopt(*args: object, cwd: Path, plugins: str = "cuda") -> subprocess.CompletedProcess:
-    env = dict(
-        os.environ,
-        KOPT_PLUGINS=plugins,
-        COLUMNS="200",
-        KOPT_MARK=str(cwd / "marker"),
-        KOPT_CACHE_DIR=str(cwd / "cache $(touch pwned) 'q\""),  # a hostile cache folder too
-        TMPDIR=str(cwd / "tmp"),  # nvcc's folders inside the test's folder, where a trace would show
-    )
+    env = {
+        "KOPT_MARK": str(cwd / "marker"),
+        "KOPT_CACHE_DIR": str(cwd / "cache $(touch pwned) 'q\""),  # a hostile cache folder too
+        "TMPDIR": str(cwd / "tmp"),  # nvcc's folders inside the test's folder, where a trace would show
+    }
     (cwd / "tmp").mkdir(exist_ok=True)
     (cwd / "x").mkdir(exist_ok=True)
-    return subprocess.run(
-        [sys.executable, "-m", "kopt_core.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=300,
-    )
+    return run_kopt(*args, cwd=cwd, plugins=plugins, env=env)
 
 
 def assert_no_trace(folder: Path, proc: subprocess.CompletedProcess) -> None:
@@ -193,7 +183,7 @@ def test_sass_reads_a_hostile_named_listing(tmp_path):
     proc = kopt("sass", listing, "--method", "compute.tensor_core", "--json", cwd=tmp_path)
 
     assert proc.returncode == 0, proc.stderr
-    assert [v["status"] for v in json.loads(proc.stdout)] == ["fail"]
+    assert [v["status"] for v in json.loads(proc.stdout)["result"]["verdicts"]] == ["fail"]
     assert_no_trace(tmp_path, proc)
 
 
@@ -220,5 +210,5 @@ def test_sass_disassembles_a_hostile_named_binary_without_a_shell(tmp_path, name
     )
 
     assert proc.returncode == 0, proc.stderr
-    assert [v["status"] for v in json.loads(proc.stdout)] == ["fail"]
+    assert [v["status"] for v in json.loads(proc.stdout)["result"]["verdicts"]] == ["fail"]
     assert_no_trace(tmp_path, proc)

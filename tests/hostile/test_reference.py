@@ -19,6 +19,8 @@ from kopt_core.records.converter import to_data
 from kopt_core.records.state import Env
 from kopt_core.reference import load_reference
 
+from . import run_kopt
+
 KERNEL = 'extern "C" void solve(const float* x, float* y, int N) {}\n'
 GOOD_REF = (
     "def reference(x, y, N):\n    y.copy_(2.5 * x)\n\n\n"
@@ -28,22 +30,13 @@ GOOD_REF = (
 
 def kopt(*args, cwd: Path, timeout_s: float | None = None) -> subprocess.CompletedProcess:
     """The kopt command in a child process; ``timeout_s`` lowers kopt's reference import limit."""
-    env = dict(os.environ, KOPT_PLUGINS="cuda", COLUMNS="200")
-    env.pop(reference_module.CHECKED_ENV, None)
     prelude = (
         f"import kopt_core.reference as r; r.IMPORT_TIMEOUT_S = {timeout_s!r}; "
         if timeout_s is not None
         else ""
     )
     script = f"import sys; {prelude}from kopt_core.cli import main; sys.argv[0] = 'kopt'; main()"
-    return subprocess.run(
-        [sys.executable, "-c", script, *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=300,
-    )
+    return run_kopt(*args, cwd=cwd, python=("-c", script), unset=(reference_module.CHECKED_ENV,))
 
 
 @pytest.fixture

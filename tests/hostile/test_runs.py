@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,8 @@ from kopt_core.records.state import Env
 from kopt_core.run.init import init_run
 from kopt_core.run.iteration import open_iteration
 from kopt_core.run.seed import seed_baseline
+
+from . import run_kopt
 
 REPO = Path(__file__).resolve().parents[2]
 KERNELS = REPO / "examples" / "kopt_example_backend" / "kernels"
@@ -46,16 +47,7 @@ def make_run(pm, folder: Path, kernel: str = "saxpy.py", allowed: bool = True):
 
 
 def kopt(*args, cwd: Path) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "kopt_core.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-        env=dict(os.environ, KOPT_PLUGINS="pytorch", COLUMNS="400", TMPDIR=str(cwd)),
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
+    return run_kopt(*args, cwd=cwd, plugins="pytorch", columns=400, env={"TMPDIR": str(cwd)})
 
 
 def stop_of(store) -> dict:

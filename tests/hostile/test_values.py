@@ -3,9 +3,7 @@ before kopt builds, runs a worker or makes a run folder."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,8 @@ import pytest
 from kopt_core.jsonio import write_json
 from kopt_core.records.converter import to_data
 from kopt_core.records.state import Env
+
+from . import run_kopt
 
 KERNEL = 'extern "C" void solve(const float* x, float* y, int N) {}\n'
 REF = (
@@ -22,15 +22,7 @@ REF = (
 
 
 def kopt(*args, cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, KOPT_PLUGINS="cuda", COLUMNS="200")
-    return subprocess.run(
-        [sys.executable, "-m", "kopt_core.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=300,
-    )
+    return run_kopt(*args, cwd=cwd)
 
 
 @pytest.fixture

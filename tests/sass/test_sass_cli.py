@@ -29,7 +29,7 @@ def kopt(*args, plugins: str = "", path: str | None = None) -> subprocess.Comple
 
 
 def statuses(proc) -> dict:
-    return {v["method"]: v["status"] for v in json.loads(proc.stdout)}
+    return {v["method"]: v["status"] for v in json.loads(proc.stdout)["result"]["verdicts"]}
 
 
 @pytest.mark.parametrize(
