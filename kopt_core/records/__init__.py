@@ -19,6 +19,15 @@ from kopt_core.records.bench import (
 from kopt_core.records.build import Artifact, KernelResources, Toolchain
 from kopt_core.records.converter import from_data, make_converter, migrate, read_document, to_data
 from kopt_core.records.kernel import BufferSpec, Candidate, KernelInterface, Param
+from kopt_core.records.paired import (
+    PAIRED_SCHEMA_VERSION,
+    AblationEffect,
+    PairedBlock,
+    PairedComparison,
+    PairedMeasurement,
+    TelemetrySample,
+    read_paired_comparison,
+)
 from kopt_core.records.preflight import PreflightReport
 from kopt_core.records.profile import (
     PROFILE_SCHEMA_VERSION,
@@ -36,6 +45,7 @@ from kopt_core.records.profile import (
 )
 
 __all__ = [
+    "AblationEffect",
     "Artifact",
     "BENCH_SCHEMA_VERSION",
     "BackendInfo",
@@ -54,6 +64,10 @@ __all__ = [
     "MetricValue",
     "Mismatch",
     "NcuAttempt",
+    "PAIRED_SCHEMA_VERSION",
+    "PairedBlock",
+    "PairedComparison",
+    "PairedMeasurement",
     "PROFILE_SCHEMA_VERSION",
     "Param",
     "PreflightReport",
@@ -65,6 +79,7 @@ __all__ = [
     "ProfiledKernel",
     "RuleFinding",
     "SassFile",
+    "TelemetrySample",
     "TimingStats",
     "Tolerance",
     "Toolchain",
@@ -74,6 +89,7 @@ __all__ = [
     "migrate",
     "read_bench_result",
     "read_document",
+    "read_paired_comparison",
     "read_profile_summary",
     "to_data",
 ]
