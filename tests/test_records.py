@@ -6,6 +6,7 @@ import json
 import math
 import os
 
+import attrs
 import pytest
 
 from kopt_core.jsonio import read_json, write_json
@@ -187,3 +188,196 @@ def test_an_imported_profile_summary_leaves_what_it_does_not_know_unknown(tmp_pa
     assert data["sass"] is None and data["attempts"] == [] and data["harness_median_ms"] is None
     assert data["kernels"] == [{"id": 0, "name": "k", "duration_ms": 1.5, "grid": "", "block": ""}]
     assert read_profile_summary(path) == summary
+
+
+# ------------------------------------------------------------------------ the documents of an iteration
+
+
+def _loop_records():
+    from kopt_core.records import (
+        AblationSpec,
+        AttributionRecord,
+        BranchOutcome,
+        BranchSpec,
+        Candidates,
+        ExploreRecord,
+        MethodAttribution,
+        MethodSassCheck,
+        SassCheckRecord,
+    )
+    from kopt_core.records.paired import AblationEffect
+
+    candidates = Candidates(
+        iteration=1,
+        generator="claude",
+        methods=["memory.vectorized_loads"],
+        branches=[
+            BranchSpec(
+                id="b1",
+                file="branches/b1/kernel.cu",
+                methods=["memory.vectorized_loads"],
+                hyperparameters={"BLOCK_M": 128, "swizzle": "xor", "stages": [2, 3]},
+                note="float4 loads",
+            )
+        ],
+        ablations=[
+            AblationSpec(method="memory.vectorized_loads", file="ablations/memory.vectorized_loads/k.cu")
+        ],
+    )
+    ran = BranchOutcome(
+        id="b1",
+        file="branches/b1/kernel.cu",
+        compile_pass=True,
+        contract_pass=True,
+        correctness_pass=True,
+        race_safe=None,
+        race_note="racecheck: not run (no shared memory)",
+        timing_valid=True,
+        median_ms=0.5,
+        robust_cv=0.02,
+        requested_dims={"M": 64},
+        realised_dims={"x": [64, 64]},
+        bench="branches/b1/bench.json",
+        build_seconds=4.5,
+        cache_hit=True,
+    )
+    failed = BranchOutcome(
+        id="b2",
+        file="branches/b2/kernel.cu",
+        compile_pass=True,
+        contract_pass=True,
+        error="mismatch",
+        error_stage="correctness",
+    )
+    explore = ExploreRecord(
+        iteration=1,
+        branches=[ran, failed],
+        champion="b1",
+        champion_ms=0.5,
+        compile_jobs=2,
+        compile_jobs_reason="auto: 2 workers",
+    )
+    effect = AblationEffect(
+        a="iterv1/kernel.cu",
+        b="ablations/memory.vectorized_loads/k.cu",
+        verdict="beyond_noise",
+        beyond_noise=True,
+        delta_ms=0.1,
+        delta_low_ms=0.08,
+        delta_high_ms=0.12,
+        slowdown=0.2,
+        slowdown_low=0.16,
+        slowdown_high=0.24,
+        threshold=0.01,
+        blocks_used=20,
+        reasons=["ok"],
+    )
+    attribution = AttributionRecord(
+        iteration=1,
+        champion="iterv1/kernel.cu",
+        threshold=0.01,
+        champion_ms=0.5,
+        methods=[
+            MethodAttribution(
+                method="memory.vectorized_loads",
+                status="measured",
+                ms_champion=0.5,
+                ms_without=0.6,
+                attribution_ms=0.1,
+                ci_low_ms=0.08,
+                ci_high_ms=0.12,
+                relative=0.2,
+                beyond_noise=True,
+                effect=effect,
+            ),
+            MethodAttribution(method="latency.ilp", status="inconclusive", reason="no ablation kernel"),
+        ],
+    )
+    sass = SassCheckRecord(
+        iteration=1,
+        artifact="/b/k.so",
+        baseline_artifact=None,
+        arch="sm_90a",
+        methods=[
+            MethodSassCheck(
+                method="memory.vectorized_loads", status="fail", strong=True, detail="no LDG.128"
+            ),
+            MethodSassCheck(method="latency.ilp", status="not_applicable", detail="no opcode"),
+        ],
+    )
+    return candidates, explore, attribution, sass
+
+
+def test_the_iteration_documents_round_trip_through_json(tmp_path):
+    from kopt_core.records import read_attribution, read_explore, read_sass_check
+    from kopt_core.run.store import read_record
+
+    candidates, explore, attribution, sass = _loop_records()
+    for record, read in (
+        (candidates, lambda p: read_record(p, "candidates", 1, type(candidates), what=str(p))),
+        (explore, read_explore),
+        (attribution, read_attribution),
+        (sass, read_sass_check),
+    ):
+        path = write_json(tmp_path / "doc.json", to_data(record))
+        data = read_json(path)
+        assert data["schema_version"] == 1
+        assert read(path) == record
+    unknown = attrs.evolve(explore.branches[0], robust_cv=math.nan)  # JSON has no NaN: unknown is null
+    path = write_json(tmp_path / "explore.json", to_data(attrs.evolve(explore, branches=[unknown])))
+    assert read_json(path)["branches"][0]["robust_cv"] is None
+    back = read_explore(write_json(tmp_path / "explore.json", to_data(explore)))
+    assert back.branch("b1").passed and not back.branch("b2").passed and back.branch("b3") is None
+    assert back.branches[0].realised_dims == {"x": [64, 64]} and back.champion == "b1"
+    assert read_attribution(write_json(tmp_path / "a.json", to_data(attribution))).get("latency.ilp").reason
+    assert read_sass_check(write_json(tmp_path / "s.json", to_data(sass))).get("nope") is None
+
+
+def test_a_branch_passes_only_every_strict_gate():
+    from kopt_core.records import BranchOutcome
+
+    ok = dict(compile_pass=True, contract_pass=True, correctness_pass=True, timing_valid=True)
+    assert BranchOutcome(id="b1", file="f", **ok).passed  # race not checked: not a failure
+    assert BranchOutcome(id="b1", file="f", race_safe=True, **ok).passed
+    assert not BranchOutcome(id="b1", file="f", race_safe=False, **ok).passed
+    for gate in ok:
+        assert not BranchOutcome(id="b1", file="f", **{**ok, gate: False}).passed
+
+
+def test_explore_names_only_passing_branches_champion_or_frontier():
+    from kopt_core.records import BranchOutcome, ExploreRecord
+
+    ok = BranchOutcome(
+        id="b1", file="f", compile_pass=True, contract_pass=True, correctness_pass=True, timing_valid=True
+    )
+    bad = BranchOutcome(id="b2", file="g")
+    with pytest.raises(ValueError, match="champion 'b2' is not a passing branch"):
+        ExploreRecord(iteration=1, branches=[ok, bad], champion="b2")
+    with pytest.raises(ValueError, match="frontier b2"):
+        ExploreRecord(iteration=1, branches=[ok, bad], champion="b1", frontier=["b2"])
+    with pytest.raises(ValueError, match="frontier b1"):
+        ExploreRecord(iteration=1, branches=[ok, bad], champion="b1", frontier=["b1"])
+
+
+def test_the_iteration_documents_read_strictly(tmp_path):
+    from kopt_core.records import read_attribution, read_sass_check
+
+    _, _, attribution, sass = _loop_records()
+    data = to_data(sass)
+    data["methods"][1]["status"] = "skipped"
+    with pytest.raises(ValueError, match=r"methods\[1\] is not valid.*status must be one of pass, fail"):
+        read_sass_check(write_json(tmp_path / "s.json", data))
+    data = to_data(attribution)
+    data["methods"][1]["beyond_noise"] = True  # an inconclusive answer cannot have a verdict
+    with pytest.raises(ValueError, match=r"methods\[1\] is not valid.*beyond_noise null"):
+        read_attribution(write_json(tmp_path / "a.json", data))
+    data["schema_version"] = 2
+    with pytest.raises(ValueError, match="newer"):
+        read_attribution(write_json(tmp_path / "a.json", data))
+
+
+def test_the_run_and_kopt_sass_share_one_sass_vocabulary():
+    from kopt_core.records.loop import SASS_STATUSES
+    from kopt_core.sass.verify import STATUSES
+
+    assert SASS_STATUSES == STATUSES

@@ -1,4 +1,4 @@
-"""The run's state (state.json, schema v6), its environment (env.json) and how a run stopped (stop.json).
+"""The run's state (state.json, schema v7), its environment (env.json) and how a run stopped (stop.json).
 
 docs/loop.md lists the fields. state.json is rewritten atomically by every step; a killed step leaves
 the previous state readable and can be run again.
@@ -6,6 +6,7 @@ the previous state readable and can be run again.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from attrs import field, frozen
@@ -14,7 +15,7 @@ from kopt_core.records.backend import ProbeResult
 from kopt_core.records.fields import as_tuple
 from kopt_core.roofline.records import Ceilings, Roofline
 
-STATE_SCHEMA_VERSION = 6
+STATE_SCHEMA_VERSION = 7
 ENV_SCHEMA_VERSION = 2
 
 
@@ -65,14 +66,39 @@ class Env:
     schema_version: int = ENV_SCHEMA_VERSION
 
 
+def _pair_or_none(value: Iterable[float] | None) -> tuple[float, float] | None:
+    """An interval (low, high) from the list JSON holds; anything but two numbers is an error."""
+    if value is None:
+        return None
+    pair = tuple(value)
+    if len(pair) != 2:
+        raise ValueError(f"an interval is [low, high], not {len(pair)} numbers")
+    return (pair[0], pair[1])
+
+
 @frozen
 class HistoryEntry:
+    """One closed iteration, as the update step recorded it (docs/loop.md, "State-update rules"). The
+    fields after ``note`` came with schema v7; an entry of an older document leaves them unknown."""
+
     iteration: int
-    kernel: str
-    best_ms: float | None
+    kernel: str  # the champion, relative to the run folder ("iterv1/kernel.cu"); "" when there was none
+    best_ms: float | None  # the run's best time after this iteration
     methods: tuple[str, ...] = field(default=(), converter=as_tuple)
     verified: bool = False
     note: str = ""
+    champion: str | None = None  # the champion's branch id
+    champion_ms: float | None = None  # its median in explore
+    promotion: str | None = None  # the paired verdict: faster | not_faster | slower | invalid
+    promoted: bool | None = None  # it became the best; None: not recorded (before v7)
+    speedup: float | None = None  # best_ms before / champion, paired (>1: the champion is faster)
+    speedup_ci: tuple[float, float] | None = field(default=None, converter=_pair_or_none)
+    methods_effective: tuple[str, ...] = field(default=(), converter=as_tuple)
+    methods_ineffective: tuple[str, ...] = field(default=(), converter=as_tuple)
+    methods_implementation_failed: tuple[str, ...] = field(default=(), converter=as_tuple)
+    methods_unverified: tuple[str, ...] = field(default=(), converter=as_tuple)
+    # the evidence, relative to the run folder: explore, paired, attribution, sass_check -> path
+    evidence: dict[str, str] = field(factory=dict)
 
 
 @frozen
@@ -107,7 +133,7 @@ class RooflineHistoryEntry:
 
 @frozen
 class State:
-    """state.json, schema v6: every field docs/loop.md lists."""
+    """state.json, schema v7: every field docs/loop.md lists."""
 
     run_dir: str
     baseline_file: str
@@ -141,7 +167,18 @@ class State:
     hardware_attempts: int = 0
     verified_iterations: int = 0
     last_verified_iter: int | None = None
+    # The smallest relative effect a paired comparison may call real, measured when the baseline was seeded
+    # by pairing it with itself (A/A); noise_evidence is that pairing's paired.json. None: not measured
+    # (a run seeded before v7), and then nothing is promoted or attributed until it is.
+    noise_threshold: float | None = None
+    noise_evidence: str | None = None
     schema_version: int = STATE_SCHEMA_VERSION
+
+    @property
+    def closed_iterations(self) -> int:
+        """How many iterations were updated (verified or not): the next to open is this plus one. An
+        unverified iteration is closed too; it only never counts in verified_iterations."""
+        return max((entry.iteration for entry in self.history), default=0)
 
 
 @frozen

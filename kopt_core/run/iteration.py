@@ -69,7 +69,7 @@ def open_iteration(pm, store: RunStore, iteration: int) -> Path:
             raise store.stopped_error(state)
         if state.run_status not in ("seeded", "running"):
             raise ConfigError(f"{store.run_dir} is {state.run_status}: seed the baseline first (kopt seed)")
-        expected = state.verified_iterations + 1
+        expected = state.closed_iterations + 1
         if iteration != expected or iteration > state.iterations_total:
             raise ConfigError(
                 f"iteration {iteration} cannot open: the next is {expected} of {state.iterations_total}"

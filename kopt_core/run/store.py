@@ -132,6 +132,47 @@ def state_v5_to_v6(data: dict) -> dict:
     return data
 
 
+# The keys schema v7 added to a history entry, with the value an older entry reads as: unknown (None) or
+# empty, never a verdict it did not record.
+V7_HISTORY_FIELDS: dict[str, object] = {
+    "champion": None,
+    "champion_ms": None,
+    "promotion": None,
+    "promoted": None,
+    "speedup": None,
+    "speedup_ci": None,
+    "methods_effective": [],
+    "methods_ineffective": [],
+    "methods_implementation_failed": [],
+    "methods_unverified": [],
+    "evidence": {},
+}
+
+
+def state_v6_to_v7(data: dict) -> dict:
+    """v6 -> v7: noise_threshold and noise_evidence are null: a v6 seed never paired the baseline with
+    itself, so the run has no measured noise, and promotion and ablation refuse to decide until it is
+    seeded again. History entries get the per-iteration fields of the update step as unknown (null) or
+    empty: a v6 kopt had no update step, so an entry it carries (migrated from v4) recorded none of them,
+    and its ``verified`` stays what it was. An entry that is not an object is kept for the reader to name."""
+    data.setdefault("noise_threshold", None)
+    data.setdefault("noise_evidence", None)
+    history = data.get("history")
+    if isinstance(history, list):
+        data["history"] = [
+            {**{key: _fresh(value) for key, value in V7_HISTORY_FIELDS.items()}, **entry}
+            if isinstance(entry, dict)
+            else entry
+            for entry in history
+        ]
+    return data
+
+
+def _fresh(value: object) -> object:
+    """A new empty list or dict for each entry (the defaults above are shared)."""
+    return type(value)() if isinstance(value, (list, dict)) else value
+
+
 def env_v1_to_v2(data: dict) -> dict:
     """v1 -> v2: gpu, backend_probe and ceilings are records, null when there is none (v1 wrote {})."""
     for key in ("gpu", "backend_probe", "ceilings"):
@@ -140,7 +181,7 @@ def env_v1_to_v2(data: dict) -> dict:
 
 
 # No v3 -> v4 migration: no v3 state.json was ever documented, so no field mapping can be justified.
-MIGRATIONS.setdefault("state", {}).update({4: state_v4_to_v5, 5: state_v5_to_v6})
+MIGRATIONS.setdefault("state", {}).update({4: state_v4_to_v5, 5: state_v5_to_v6, 6: state_v6_to_v7})
 MIGRATIONS.setdefault("env", {})[1] = env_v1_to_v2
 
 

@@ -92,6 +92,7 @@ def test_state_json_v5_reads_into_the_state_record(run):
     assert (state.run_dir, state.backend, state.run_status) == (str(run), "cuda", "running")
     assert state.best_metric_ms == 3.153183937072754 and state.dims == {"M": 2048, "N": 2048, "K": 2048}
     assert state.generation_allowed and state.hardware_attempts == 1 and state.verified_iterations == 0
+    assert state.noise_threshold is None and state.noise_evidence is None  # not measured before v7
     assert state.env == read_env(run / "env.json")  # the copy init made, at today's env schema
     assert ceilings_of(state) == state.env.ceilings
     assert state.roofline_history == tuple(

@@ -115,7 +115,7 @@ def test_cli_seed_exit_code_and_status(tmp_path, pm):
         timeout=60,
         env=env,
     )
-    info = json.loads(status.stdout)
+    info = json.loads(status.stdout)["result"]
     assert info["run_status"] == "stopped" and info["stop"]["exit_code"] == 2
 
 

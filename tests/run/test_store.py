@@ -54,18 +54,36 @@ def test_state_round_trip(tmp_path):
         run_status="running",
         history=(
             HistoryEntry(
-                iteration=1, kernel="iterv1/kernel.cu", best_ms=1.25, methods=("a",), verified=True, note="n"
+                iteration=1,
+                kernel="iterv1/kernel.cu",
+                best_ms=1.25,
+                methods=("a", "b"),
+                verified=True,
+                note="n",
+                champion="b2",
+                champion_ms=1.25,
+                promotion="faster",
+                promoted=True,
+                speedup=1.4,
+                speedup_ci=[1.3, 1.5],
+                methods_effective=("a",),
+                methods_unverified=("b",),
+                evidence={"explore": "iterv1/explore.json"},
             ),
         ),
         roofline_history=(RooflineHistoryEntry(iteration=0, bound="memory", delta_compute=0.5),),
         verified_iterations=1,
         last_verified_iter=1,
+        noise_threshold=0.012,
+        noise_evidence="baseline/noise_aa.json",
     )
     store.save(state)
     data = json.loads((tmp_path / "state.json").read_text())
     assert data["schema_version"] == STATE_SCHEMA_VERSION
     assert set(V5_FIELDS) <= set(data)
+    assert data["history"][0]["speedup_ci"] == [1.3, 1.5] and data["noise_threshold"] == 0.012
     assert store.load() == state
+    assert state.history[0].speedup_ci == (1.3, 1.5)
 
 
 def test_unknown_keys_are_tolerated(tmp_path):
@@ -152,6 +170,69 @@ def test_migrated_state_saves_at_the_current_version(tmp_path):
     data = json.loads((tmp_path / "state.json").read_text())
     assert data["schema_version"] == STATE_SCHEMA_VERSION and data["run_status"] == "running"
     assert data["verified_iterations"] == 1 and data["env"]["schema_version"] == ENV_SCHEMA_VERSION
+
+
+def v6_document(run_dir: Path) -> dict:
+    """A schema v6 state.json: no noise threshold, and a history entry of the v5/v6 shape (a run migrated
+    from v4; a v6 kopt itself had no update step)."""
+    data = to_data(make_state(run_dir, best_metric_ms=2.0, run_status="running"))
+    del data["noise_threshold"], data["noise_evidence"]
+    data["history"] = [
+        {"iteration": 1, "kernel": "iterv1/kernel.cu", "best_ms": 1.5, "methods": ["a"], "verified": True}
+    ]
+    data["schema_version"] = 6
+    return data
+
+
+def test_v6_migrates_to_v7(tmp_path):
+    write_json(tmp_path / "state.json", v6_document(tmp_path))
+    state = RunStore(tmp_path).load()
+    assert state.schema_version == STATE_SCHEMA_VERSION == 7
+    assert (state.noise_threshold, state.noise_evidence) == (None, None)
+    entry = state.history[0]
+    assert (entry.iteration, entry.kernel, entry.best_ms, entry.methods, entry.verified) == (
+        1,
+        "iterv1/kernel.cu",
+        1.5,
+        ("a",),
+        True,
+    )
+    # what no v6 kopt recorded stays unknown, never a verdict
+    assert (entry.champion, entry.promotion, entry.promoted, entry.speedup, entry.speedup_ci) == (None,) * 5
+    assert entry.methods_effective == entry.methods_ineffective == entry.methods_unverified == ()
+    assert entry.methods_implementation_failed == () and entry.evidence == {}
+    RunStore(tmp_path).save(state)
+    data = json.loads((tmp_path / "state.json").read_text())
+    assert data["schema_version"] == 7 and data["noise_threshold"] is None
+    assert data["history"][0]["promoted"] is None and data["history"][0]["evidence"] == {}
+
+
+def test_state_v6_to_v7_keeps_what_a_document_already_has_and_what_it_cannot_read():
+    from kopt_core.run.store import state_v6_to_v7
+
+    data = state_v6_to_v7(
+        {"noise_threshold": 0.02, "history": [{"iteration": 1, "evidence": {"x": "y"}}, {"iteration": 2}, 7]}
+    )
+    assert data["noise_threshold"] == 0.02 and data["noise_evidence"] is None
+    assert data["history"][0]["evidence"] == {"x": "y"}
+    assert data["history"][1]["methods_effective"] == [] and data["history"][1]["promoted"] is None
+    data["history"][1]["methods_effective"].append("a")
+    assert data["history"][0]["methods_effective"] == []  # each entry has its own list
+    assert data["history"][2] == 7  # left for the strict reader to name
+
+
+def test_a_bad_history_entry_of_a_v7_document_is_named(tmp_path):
+    with pytest.raises(ValueError, match=r"an interval is \[low, high\], not 3 numbers"):
+        HistoryEntry(iteration=1, kernel="k", best_ms=None, speedup_ci=(1.0, 2.0, 3.0))
+    data = to_data(make_state(tmp_path))
+    data["history"] = [{"iteration": 1, "kernel": "k", "best_ms": None, "speedup_ci": [1.0, 2.0, 3.0]}]
+    write_json(tmp_path / "state.json", data)
+    with pytest.raises(ConfigError, match=r"history\[0\]\.speedup_ci is not valid"):
+        RunStore(tmp_path).load()
+    data["history"] = [{"iteration": 1, "kernel": "k", "best_ms": None, "promoted": "yes"}]
+    write_json(tmp_path / "state.json", data)
+    with pytest.raises(ConfigError, match=r"history\[0\]\.promoted must be true or false"):
+        RunStore(tmp_path).load()
 
 
 def test_newer_or_broken_state_is_a_config_error(tmp_path):
