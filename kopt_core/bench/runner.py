@@ -1,19 +1,36 @@
-"""Run one bench worker process with a wall-clock timeout and turn whatever happened into a BenchResult."""
+"""Turn whatever became of a bench worker's command into a record: the worker's own result when it finished,
+else a failed BenchResult (or PairedMeasurement) that says how the worker ended, in which stage, with what
+it had established and the tail of its stderr.
+
+``run_worker(request)`` checks and times one kernel in a fresh worker process of its own (a one-shot
+``kopt_core.bench.executor.WorkerExecutor``); steps that run many candidates keep one executor open.
+"""
 
 from __future__ import annotations
 
-import os
 import signal
-import sys
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Protocol, TypeVar
 
-from kopt_core.jsonio import read_json, write_json
-from kopt_core.process import run_in_group
+import attrs
+
+from kopt_core.jsonio import read_json
+from kopt_core.process import Ran
 from kopt_core.records import BenchRequest, BenchResult, from_data, to_data
+from kopt_core.records.paired import PairedMeasurement
 
 STDERR_TAIL = 2000
+
+# What the worker was doing, by the stage its last result file names (kopt_core.bench.worker).
+STAGE_WORDS = {
+    "load": "loading the kernel and planning its buffers",
+    "correctness": "the correctness checks before timing",
+    "timing": "timing the kernel",
+    "blocks": "the timed blocks of the paired comparison",
+    "recheck": "the correctness re-check after timing",
+    "reference": "timing the reference",
+}
 
 
 def base_fields(request: BenchRequest) -> dict:
@@ -34,75 +51,100 @@ def base_fields(request: BenchRequest) -> dict:
 
 
 def run_worker(request: BenchRequest) -> BenchResult:
-    """Check and time ``request.artifact`` in a fresh process. A crash, a CUDA error or a hang fails this
-    candidate (status ``failed``) and never the caller. The request and result files live in a temporary
-    folder that is removed afterwards."""
-    with tempfile.TemporaryDirectory(prefix="kopt-bench-") as scratch:
-        return _run_in(Path(scratch), request)
+    """Check and time ``request.artifact`` in a fresh worker process. A crash, a CUDA error or a hang fails
+    this candidate (status ``failed``) and never the caller. The worker's files live in a temporary folder
+    that is removed afterwards."""
+    from kopt_core.bench.executor import WorkerExecutor  # the executor builds on this module's helpers
+
+    with WorkerExecutor() as executor:
+        return executor.bench(request)
 
 
-def _run_in(folder: Path, request: BenchRequest) -> BenchResult:
-    request_path = folder / "bench_request.json"
-    result_path = folder / "bench_result.json"
-    write_json(request_path, to_data(request))
-    timeout = request.options.timeout_s
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    ran = run_in_group(
-        [sys.executable, "-m", "kopt_core.bench.worker", str(request_path), str(result_path)],
-        timeout_s=timeout,
-        env=env,
-    )
-    stderr = ran.stderr or ran.error
-    partial = _read_partial(result_path)
-    during = _during(partial)
-    if ran.timed_out:
-        return _failed(
-            request,
-            partial,
-            "timeout",
-            f"the worker did not finish within the {timeout:g} s timeout (a hung or endless kernel?); "
-            f"it was killed{during}",
-            stderr,
-        )
-    if ran.returncode != 0:
-        return _failed(request, partial, "worker", f"the worker process died ({_how(ran)}){during}", stderr)
-    if partial is None:
-        return _failed(
-            request, None, "worker", "the worker exited (exit code 0) without writing a result", stderr
-        )
-    if partial.status != "ok" and partial.error is None:  # the worker writes an error with every failure
-        return _failed(
-            request,
-            partial,
-            "worker",
-            f"the worker exited (exit code 0) before it finished{during}: did the kernel or the reference "
-            "call exit()?",
-            stderr,
-        )
-    return partial
+class Progress(Protocol):
+    """What a result file says about how far the worker got (BenchResult and PairedMeasurement both)."""
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+    @property
+    def error_stage(self) -> str | None: ...
 
 
-# What the worker was doing, by the stage its last RESULT.json names (kopt_core.bench.worker.WorkerRun).
-STAGE_WORDS = {
-    "load": "loading the kernel and planning its buffers",
-    "correctness": "the correctness checks before timing",
-    "timing": "timing the kernel",
-    "recheck": "the correctness re-check after timing",
-    "reference": "timing the reference",
-}
+Document = TypeVar("Document", BenchResult, PairedMeasurement)
 
 
-def _read_partial(path: Path) -> BenchResult | None:
-    """What the worker last wrote, or None when it wrote nothing readable."""
+def read_partial(path: Path, kind: type[Document]) -> Document | None:
+    """What the worker last wrote to ``path``, or None when it wrote nothing readable."""
     if not path.is_file():
         return None
     try:
-        return from_data(read_json(path), BenchResult)
+        return from_data(read_json(path), kind)
     except Exception:  # a result that cannot be read is no result: the caller says so
         return None
 
 
-def _during(partial: BenchResult | None) -> str:
+def ended_badly(ran: Ran, partial: Progress | None, timeout_s: float) -> tuple[str, str] | None:
+    """(stage, message) when the command did not finish with a result of the worker's own: it timed out,
+    the worker died, or it ended without saying why; None when ``partial`` is the worker's answer."""
+    during = _during(partial)
+    if ran.timed_out:
+        return (
+            "timeout",
+            f"the worker did not finish within the {timeout_s:g} s timeout (a hung or endless kernel?); "
+            f"it was killed{during}",
+        )
+    if ran.returncode != 0:
+        return "worker", f"the worker process died ({_how(ran)}){during}"
+    if partial is None:
+        return "worker", "the worker exited (exit code 0) without writing a result"
+    if partial.status != "ok" and partial.error is None:  # the worker writes an error with every failure
+        return (
+            "worker",
+            f"the worker exited (exit code 0) before it finished{during}: did the kernel or the reference "
+            "call exit()?",
+        )
+    return None
+
+
+def with_stderr(message: str, ran: Ran) -> str:
+    """``message`` and the last lines the worker wrote to stderr (or why it could not start)."""
+    tail = (ran.stderr or ran.error or "").strip()[-STDERR_TAIL:]
+    return message + (f"\nworker stderr (last lines):\n{tail}" if tail else "")
+
+
+def bench_outcome(request: BenchRequest, result_path: Path, ran: Ran, timeout_s: float) -> BenchResult:
+    """The BenchResult of one bench command: the worker's, or a failed one built from what it left."""
+    partial = read_partial(result_path, BenchResult)
+    problem = ended_badly(ran, partial, timeout_s)
+    if problem is None and partial is not None:
+        return partial
+    stage, message = problem or ("worker", "the worker left no result")
+    data = (
+        to_data(partial) if partial is not None else {k: to_data(v) for k, v in base_fields(request).items()}
+    )
+    # What the worker had established before it died (buffers, earlier checks) is kept as evidence.
+    data.update(status="failed", error=with_stderr(message, ran), error_stage=stage, timing_valid=False)
+    return from_data(data, BenchResult)
+
+
+def paired_outcome(
+    a: BenchRequest, b: BenchRequest, result_path: Path, ran: Ran, timeout_s: float
+) -> PairedMeasurement:
+    """The PairedMeasurement of one paired command: the worker's, or a failed one keeping the blocks it had
+    timed and the side it was working on (``failed_side``, None while both sides were being timed)."""
+    partial = read_partial(result_path, PairedMeasurement)
+    problem = ended_badly(ran, partial, timeout_s)
+    if problem is None and partial is not None:
+        return partial
+    stage, message = problem or ("worker", "the worker left no result")
+    base = partial or PairedMeasurement(a=a.artifact.source, b=b.artifact.source)
+    return attrs.evolve(base, status="failed", error=with_stderr(message, ran), error_stage=stage)
+
+
+def _during(partial: Progress | None) -> str:
     if partial is None:
         return ", before it wrote any result (while starting or loading the kernel)"
     if partial.status != "ok" and partial.error is None and partial.error_stage:
@@ -111,7 +153,7 @@ def _during(partial: BenchResult | None) -> str:
     return ""
 
 
-def _how(ran) -> str:
+def _how(ran: Ran) -> str:
     if ran.returncode is None:
         return f"it could not start: {ran.error}" if ran.error else "it could not start"
     if ran.returncode < 0:
@@ -121,16 +163,3 @@ def _how(ran) -> str:
             name = ""
         return f"killed by {name}signal {-ran.returncode}"
     return f"exit code {ran.returncode}"
-
-
-def _failed(
-    request: BenchRequest, partial: BenchResult | None, stage: str, message: str, stderr: str
-) -> BenchResult:
-    tail = (stderr or "").strip()[-STDERR_TAIL:]
-    error = message + (f"\nworker stderr (last lines):\n{tail}" if tail else "")
-    data = (
-        to_data(partial) if partial is not None else {k: to_data(v) for k, v in base_fields(request).items()}
-    )
-    # What the worker had established before it died (buffers, earlier checks) is kept as evidence.
-    data.update(status="failed", error=error, error_stage=stage, timing_valid=False)
-    return from_data(data, BenchResult)

@@ -1,36 +1,55 @@
-"""The bench worker: one process per candidate, so a crash, an illegal address or a hung kernel costs
-that candidate only. Run as ``python -m kopt_core.bench.worker REQUEST.json RESULT.json``.
+"""The bench worker: the process where kernels are checked and timed, apart from kopt, so that a crash, an
+illegal address or a hung kernel costs that candidate and this process, never the run.
 
-It checks correctness over several seeds, times the kernel and the reference, checks again with fresh
-inputs after timing, and writes a BenchResult. After each stage it rewrites RESULT.json (atomically),
-so a worker that is killed still leaves what it had established.
+- ``python -m kopt_core.bench.worker --serve COMMANDS_FD REPLIES_FD``: the long-lived worker that
+  ``kopt_core.bench.executor.WorkerExecutor`` drives, one command at a time (``serve``).
+- ``python -m kopt_core.bench.worker REQUEST.json RESULT.json``: bench one kernel and exit (by hand).
+
+A bench command (``WorkerRun``) checks correctness over several seeds, times the kernel and the reference,
+checks again with fresh inputs after timing, and writes a BenchResult. A paired command (``PairedRun``)
+checks two kernels, times them on the same buffers in interleaved blocks and writes a PairedMeasurement.
+Both rewrite their result file (atomically) after each stage, a pairing also after each block, so a worker
+that is killed still leaves what it had established.
 """
 
 from __future__ import annotations
 
+import gc
+import json
 import math
+import os
+import statistics
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import torch
 
 from kopt_core.bench import buffers as buffer_plan
 from kopt_core.bench.compare import compare, unchanged
+from kopt_core.bench.executor import PairedRequest
 from kopt_core.bench.launchers import (
+    Launcher,
     LaunchError,
     ProvidesClock,
     ProvidesInputs,
     ProvidesNotes,
+    Replay,
     load_launcher,
 )
+from kopt_core.bench.paired import block_order
 from kopt_core.bench.runner import base_fields
+from kopt_core.bench.telemetry import GpuTelemetry
 from kopt_core.bench.timing import (
     Clock,
     CudaEventClock,
+    Fn,
     HostClock,
+    Samples,
     escaped_work,
     sample_until_stable,
     spin_for,
@@ -39,8 +58,9 @@ from kopt_core.bench.timing import (
 )
 from kopt_core.errors import ConfigError
 from kopt_core.hardware import detect_gpus
-from kopt_core.jsonio import read_json, write_json
+from kopt_core.jsonio import dumps, read_json, write_json
 from kopt_core.records import (
+    Artifact,
     BenchRequest,
     BenchResult,
     BufferReport,
@@ -48,10 +68,12 @@ from kopt_core.records import (
     CorrectnessCheck,
     DeviceInfo,
     TimingStats,
+    Tolerance,
     from_data,
     to_data,
 )
-from kopt_core.reference import load_reference
+from kopt_core.records.paired import PairedBlock, PairedMeasurement, TelemetrySample
+from kopt_core.reference import ReferenceModule, load_reference
 
 ROTATION_MAX_SETS = 64
 ROTATION_MAX_BYTES = 4 << 30
@@ -70,111 +92,104 @@ class StageFailed(Exception):
         self.status, self.stage, self.message = status, stage, message
 
 
-class WorkerRun:
-    def __init__(self, request: BenchRequest, result_path: str):
+class Side:
+    """One kernel in the worker: its launcher, the clock that times it, and whether its outputs must start
+    zeroed (a reduction that accumulates into them)."""
+
+    def __init__(self, name: str, launcher: Launcher, clock: Clock, prefix: str = ""):
+        self.name = name  # "kernel" in a bench; "a" or "b" in a pairing
+        self.launcher = launcher
+        self.clock = clock
+        self.prefix = prefix  # what its messages start with ("side b: " in a pairing)
+        self.zeroed = False
+
+
+class BufferPlan(NamedTuple):
+    specs: tuple[BufferSpec, ...]
+    scalars: dict[str, Any]
+    requested: dict[str, tuple[int, ...]]  # shape asked for, by buffer
+    provider: InputsProvider | None  # the kernel file's own setup(), when it makes the inputs
+
+
+class Probe(NamedTuple):
+    """What warming one launch up found: its clock, the launch, the warm-up, the hold before the start
+    event and the launch's time (the least of three)."""
+
+    clock: Clock
+    single: Fn
+    warm: tuple[int, float]
+    hold_us: float
+    estimate_ms: float
+
+
+class Timer:
+    """One launch (or graph, or batch) prepared for sampling: warmed up, its mode chosen, captured once.
+    ``take`` times one sample whenever asked (after an L2 flush in per-launch mode); ``summarize`` turns
+    samples into per-launch statistics."""
+
+    def __init__(
+        self,
+        probe: Probe,
+        body: Fn,
+        *,
+        launches: int,
+        mode: str,
+        l2: str,
+        note: str = "",
+        flush: Callable[[], None] | None = None,
+        replay: Replay | None = None,
+    ):
+        self.clock, self.warmed = probe.clock, probe.warm
+        self.body, self.launches, self.mode, self.l2, self.note = body, launches, mode, l2, note
+        self.flush, self.replay = flush, replay
+
+    def take(self) -> tuple[float, float]:
+        if self.flush is not None:
+            self.flush()
+        return self.clock.time(self.body)
+
+    def warm(self, ms: float) -> None:
+        warm_up(self.clock, self.body, ms, min_launches=2)
+
+    def summarize(self, samples: Samples) -> TimingStats:
+        return summarize(
+            samples,
+            launches=self.launches,
+            mode=self.mode,
+            l2=self.l2,
+            clock=self.clock.name,
+            warmup=self.warmed,
+            note=self.note,
+        )
+
+    def close(self) -> None:
+        if self.replay is not None:
+            self.replay.close()
+            self.replay = None
+
+
+class Harness:
+    """What a bench and a pairing share: the device, the reference, one buffer plan and its tensors, the
+    correctness checks, and timers."""
+
+    def __init__(self, request: BenchRequest):
         self.request = request
         self.options = request.options
-        self.result_path = result_path
-        self.fields: dict = {**base_fields(request), "status": "error"}
         self.checks: list[CorrectnessCheck] = []
+        self.ref: ReferenceModule  # loaded once the kernel is
         self.started = time.perf_counter()
+        self._flush: Callable[[], None] | None = None
+        self._flush_bytes = 0
 
-    # -- bookkeeping -------------------------------------------------------------------------------
-    def result(self) -> BenchResult:
-        fields = dict(self.fields)
-        fields["correctness"] = tuple(self.checks)
-        fields["worker_seconds"] = time.perf_counter() - self.started
-        return BenchResult(**fields)
-
-    def save(self) -> None:
-        launcher = getattr(self, "launcher", None)  # absent until the artifact loaded
-        if isinstance(launcher, ProvidesNotes):
-            try:
-                self.fields["backend_notes"] = dict(launcher.notes())
-            except Exception as exc:  # notes are evidence, never a reason to lose the result
-                self.fields["backend_notes"] = {"error": _describe(exc)}
-        write_json(self.result_path, to_data(self.result()))
-
-    def enter(self, stage: str) -> None:
-        """Start ``stage``: until the run ends, RESULT.json says status "error" with no error and this
-        ``error_stage``, so a worker that ends without a result (an exit, a signal) leaves the stage it
-        was in for the runner to report."""
-        self.fields["error_stage"] = stage
-        self.save()
-
-    # -- stages ------------------------------------------------------------------------------------
-    def run(self) -> BenchResult:
+    # -- loading -----------------------------------------------------------------------------------
+    def _load(self, artifact: Artifact) -> Launcher:
         try:
-            self._run()
-            self.fields.update(status="ok", error_stage=None)
-        except SystemExit as exc:  # exit() from the kernel or the reference ends the run, never silently
-            stage = self.fields.get("error_stage") or "worker"
-            self.fields.update(
-                status="failed",
-                error_stage="worker",
-                error=f"the worker was told to exit (exit({exc.code!r})) during stage {stage}: a kernel or a "
-                "reference must not end the process",
-            )
-        except StageFailed as failure:
-            self.fields.update(status=failure.status, error_stage=failure.stage, error=failure.message)
-        except ConfigError as exc:
-            self.fields.update(status="error", error_stage="reference", error=str(exc))
-        except Exception as exc:  # anything else is kopt's or the environment's, said plainly
-            self.fields.update(status="error", error_stage="worker", error=_describe(exc))
-        self.save()
-        return self.result()
-
-    def prepare(self) -> None:
-        """Load the kernel, open the device, plan and allocate the buffers (also what a profiled process
-        does before its one profiled launch)."""
-        artifact = self.request.artifact
-        self.enter("load")
-        try:
-            self.launcher = load_launcher(artifact)
+            return load_launcher(artifact)
         except Exception as exc:
             raise StageFailed("failed", "load", f"could not load {artifact.path}: {_describe(exc)}") from None
-        self._open_device()
-        self.ref = load_reference(self.request.reference)
-        self._plan_buffers()
-        self.save()
-        self._allocate()
 
-    def kernel_call(self, seed: int):
-        """Fresh inputs for ``seed`` in the buffers, and the launch of the kernel on them."""
-        self._fill(seed, zeroed=self.fields.get("outputs_must_start_zeroed", False))
-        return self.launcher.bind({**self.tensors, **self.scalars})
-
-    def _run(self) -> None:
-        self.prepare()
-        self.enter("correctness")
-        self._correctness()
-        self.fields["correctness_pass"] = True
-        self.enter("timing")
-
-        kernel_stats = self._time_kernel()
-        self.fields["kernel_timing"] = kernel_stats
-        self.enter("recheck")
-
-        zeroed = self.fields.get("outputs_must_start_zeroed", False)
-        self._check_once(self.options.recheck_seed, "after_timing", zeroed=zeroed)
-        if not self.checks[-1].passed:
-            self.fields["correctness_pass"] = False
-            raise StageFailed(
-                "failed",
-                "recheck",
-                "after timing, with fresh inputs in the same buffers, the "
-                f"kernel's output no longer matches the reference: {self.checks[-1].message}",
-            )
-        self.fields["timing_valid"] = True
-        if self.options.time_reference:
-            self.enter("reference")
-            ref_stats = self._time_reference()
-            self.fields["reference_timing"] = ref_stats
-            if ref_stats.median_ms > 0 and kernel_stats.median_ms > 0:
-                self.fields["speedup_vs_reference"] = ref_stats.median_ms / kernel_stats.median_ms
-
-    def _open_device(self) -> None:
-        self.device = self.launcher.device
+    def _open_device(self, launcher: Launcher) -> DeviceInfo:
+        self.device = launcher.device
         if self.device == "cuda":
             if not torch.cuda.is_available():
                 raise StageFailed("error", "device", "no CUDA device is visible to PyTorch in the worker")
@@ -184,7 +199,8 @@ class WorkerRun:
             props = torch.cuda.get_device_properties(0)
             self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 50 << 20)
             gpus, _ = detect_gpus()
-            self.fields["device"] = DeviceInfo(
+            self.reference_clock: Clock = CudaEventClock()
+            return DeviceInfo(
                 name=props.name,
                 capability=f"{props.major}.{props.minor}",
                 sm_count=props.multi_processor_count,
@@ -193,36 +209,42 @@ class WorkerRun:
                 torch=torch.__version__,
                 driver=gpus[0].driver if gpus else "",
             )
-            self.reference_clock: Clock = CudaEventClock()
-            self.kernel_clock: Clock = (
-                self.launcher.clock() if isinstance(self.launcher, ProvidesClock) else self.reference_clock
-            )
-        else:
-            self.l2_bytes = 0
-            self.fields["device"] = DeviceInfo(name="cpu", torch=torch.__version__)
-            self.kernel_clock = self.reference_clock = HostClock()
+        self.l2_bytes = 0
+        self.reference_clock = HostClock()
+        return DeviceInfo(name="cpu", torch=torch.__version__)
 
-    def _plan_buffers(self) -> None:
-        artifact = self.request.artifact
+    def _clock_for(self, launcher: Launcher) -> Clock:
+        """A clock of the kernel's own: spin_for sets its hold for this kernel alone."""
+        if isinstance(launcher, ProvidesClock):
+            return launcher.clock()
+        return CudaEventClock() if self.device == "cuda" else HostClock()
+
+    def _plan(self, artifact: Artifact, launcher: Launcher) -> BufferPlan:
         interface = artifact.interface
         if interface is None:
             raise StageFailed("error", "load", f"the {artifact.backend} backend gave no kernel interface")
-        self.interface = interface
-        self.provider: InputsProvider | None = None
-        if interface.dynamic_buffers and isinstance(self.launcher, ProvidesInputs):
-            self.provider = self.launcher.inputs
-        if self.provider is not None:
-            self.specs, self.scalars = self._specs_from_provider()
-            requested = {s.name: s.shape for s in self.specs}
+        provider: InputsProvider | None = None
+        if interface.dynamic_buffers and isinstance(launcher, ProvidesInputs):
+            provider = launcher.inputs
+        if provider is not None:
+            specs, scalars = self._specs_from_provider(provider, artifact.source)
+            requested = {s.name: s.shape for s in specs}
         else:
-            self.specs, requested = buffer_plan.plan_buffers(interface, self.request.dims, self.ref)
-            self.scalars = {p.name: self.request.dims[p.name] for p in interface.scalars}
-        self.fields["buffers"] = tuple(
+            specs, requested = buffer_plan.plan_buffers(interface, self.request.dims, self.ref)
+            scalars = {p.name: self.request.dims[p.name] for p in interface.scalars}
+        return BufferPlan(tuple(specs), scalars, requested, provider)
+
+    def _adopt(self, plan: BufferPlan, artifact: Artifact) -> tuple[BufferReport, ...]:
+        """Make ``plan`` the buffers of this run (its inputs come from ``artifact``'s setup() when it has
+        one); what they are, for the result."""
+        self.specs, self.scalars, self.provider = plan.specs, plan.scalars, plan.provider
+        self.inputs_source = artifact.source
+        return tuple(
             BufferReport(
                 name=s.name,
                 dtype=s.dtype,
                 role=s.role,
-                requested_shape=requested[s.name],
+                requested_shape=plan.requested[s.name],
                 realised_shape=s.shape,
                 init=s.init,
                 sized_by=s.sized_by,
@@ -230,46 +252,45 @@ class WorkerRun:
             )
             for s in self.specs
         )
+
+    def _tolerance(self, artifact: Artifact) -> Tolerance:
+        """The tolerance the outputs are checked with; an error when nothing is an output."""
         checked = [s for s in self.specs if s.role != "input"]
         if not checked:
+            interface = artifact.interface
             raise StageFailed(
                 "error",
                 "reference",
-                f"{interface.source}: {interface.entry} has no output "
-                "buffer to check (non-const pointers are outputs; describe roles in buffers() if "
-                "needed)",
+                f"{interface.source if interface else artifact.source}: "
+                f"{interface.entry if interface else 'the kernel'} has no output buffer to check (non-const "
+                "pointers are outputs; describe roles in buffers() if needed)",
             )
         self.tolerance = self.ref.tolerance(checked[0].dtype, self.options.atol, self.options.rtol)
-        self.fields["tolerance"] = self.tolerance
+        return self.tolerance
 
     # -- buffers -----------------------------------------------------------------------------------
     def _generator(self, seed: int) -> torch.Generator:
         return torch.Generator(device=self.device).manual_seed(seed)
 
-    def _provided(self, seed: int) -> tuple[dict, tuple[str, ...]]:
-        if self.provider is None:  # only asked for when the launcher makes its own inputs
-            raise RuntimeError("the launcher makes no inputs of its own")
+    def _provided(self, provider: InputsProvider, source: str, seed: int) -> tuple[dict, tuple[str, ...]]:
         try:
-            args, outputs = self.provider(dict(self.request.dims), seed)
+            args, outputs = provider(dict(self.request.dims), seed)
         except Exception as exc:
             raise StageFailed(
-                "error",
-                "reference",
-                f"{self.request.artifact.source}: setup(**dims, seed={seed}) raised {_describe(exc)}",
+                "error", "reference", f"{source}: setup(**dims, seed={seed}) raised {_describe(exc)}"
             ) from None
         missing = [name for name in outputs if not isinstance(args.get(name), torch.Tensor)]
         if missing:
             raise StageFailed(
                 "error",
                 "reference",
-                f"{self.request.artifact.source}: setup() names outputs "
-                f"{missing} that are not tensors among its inputs",
+                f"{source}: setup() names outputs {missing} that are not tensors among its inputs",
             )
         return args, tuple(outputs)
 
-    def _specs_from_provider(self):
+    def _specs_from_provider(self, provider: InputsProvider, source: str):
         """Buffers and scalars as the kernel file's own setup() makes them."""
-        args, outputs = self._provided(self.options.seeds[0])
+        args, outputs = self._provided(provider, source, self.options.seeds[0])
         specs, scalars = [], {}
         for name, value in args.items():
             if isinstance(value, torch.Tensor):
@@ -286,9 +307,7 @@ class WorkerRun:
             else:
                 scalars[name] = value
         if not any(s.role == "output" for s in specs):
-            raise StageFailed(
-                "error", "reference", f"{self.request.artifact.source}: setup() returned no output tensor"
-            )
+            raise StageFailed("error", "reference", f"{source}: setup() returned no output tensor")
         return tuple(specs), scalars
 
     def _allocate(self) -> None:
@@ -306,7 +325,9 @@ class WorkerRun:
         """Refill the same buffers in place with fresh inputs (so a kernel that caches by pointer is
         caught) and poisoned (or zeroed) outputs. Returns the reference's own copies."""
         gen = self._generator(seed)
-        provided = self._provided(seed)[0] if self.provider is not None else None
+        provided = (
+            self._provided(self.provider, self.inputs_source, seed)[0] if self.provider is not None else None
+        )
         ref_args: dict = {}
         for spec in self.specs:
             tensor = self.tensors[spec.name]
@@ -353,19 +374,21 @@ class WorkerRun:
         return {name: ref_args[name] for name in outs}
 
     # -- correctness -------------------------------------------------------------------------------
-    def _launch_checked(self, fn, what: str) -> None:
+    def _launch_checked(self, side: Side, fn: Fn, what: str) -> None:
         try:
             fn()
-            self.kernel_clock.sync()
-            self.launcher.check()
+            side.clock.sync()
+            side.launcher.check()
         except (LaunchError, RuntimeError) as exc:
-            raise StageFailed("failed", what, f"the kernel failed while running: {_describe(exc)}") from None
+            raise StageFailed(
+                "failed", what, f"{side.prefix}the kernel failed while running: {_describe(exc)}"
+            ) from None
 
-    def _check_once(self, seed: int, phase: str, zeroed: bool) -> CorrectnessCheck:
-        ref_args = self._fill(seed, zeroed)
+    def _check_once(self, side: Side, seed: int, phase: str) -> CorrectnessCheck:
+        ref_args = self._fill(seed, side.zeroed)
         before = {s.name: self.tensors[s.name].clone() for s in self.specs if s.role == "input"}
         expected = self._expected(ref_args)
-        self._launch_checked(self.launcher.bind({**self.tensors, **self.scalars}), phase)
+        self._launch_checked(side, side.launcher.bind({**self.tensors, **self.scalars}), phase)
         checks = tuple(compare(name, self.tensors[name], expected[name], self.tolerance) for name in expected)
         changed = [name for name, copy in before.items() if not unchanged(copy, self.tensors[name])]
         passed = all(c.passed for c in checks) and not changed
@@ -386,7 +409,7 @@ class WorkerRun:
         check = CorrectnessCheck(
             seed=seed,
             phase=phase,
-            output_init="zeroed" if zeroed else "poisoned",
+            output_init="zeroed" if side.zeroed else "poisoned",
             passed=passed,
             inputs_unchanged=not changed,
             buffers=checks,
@@ -395,23 +418,138 @@ class WorkerRun:
         self.checks.append(check)
         return check
 
-    def _correctness(self) -> None:
-        zeroed = False
+    def _correctness(self, side: Side, seeds: Sequence[int]) -> None:
         has_pure_outputs = any(s.role == "output" for s in self.specs)
-        for seed in self.options.seeds:
-            check = self._check_once(seed, "before_timing", zeroed)
-            if not check.passed and not zeroed and has_pure_outputs and check.inputs_unchanged:
+        for seed in seeds:
+            check = self._check_once(side, seed, "before_timing")
+            if not check.passed and not side.zeroed and has_pure_outputs and check.inputs_unchanged:
                 # A kernel that accumulates into its output (a reduction) relies on it starting zeroed:
                 # that passes, and the result records the requirement.
-                retry = self._check_once(seed, "before_timing", zeroed=True)
-                if retry.passed:
-                    zeroed = True
-                    self.fields["outputs_must_start_zeroed"] = True
+                side.zeroed = True
+                if self._check_once(side, seed, "before_timing").passed:
                     continue
+                side.zeroed = False
             if not self.checks[-1].passed:
-                raise StageFailed("failed", "correctness", f"seed {seed}: {self.checks[-1].message}")
+                raise StageFailed(
+                    "failed", "correctness", f"{side.prefix}seed {seed}: {self.checks[-1].message}"
+                )
+
+    def _recheck(self, side: Side, seed: int, after: str) -> None:
+        check = self._check_once(side, seed, "after_timing")
+        if not check.passed:
+            raise StageFailed(
+                "failed",
+                "recheck",
+                f"{side.prefix}after {after}, with fresh inputs in the same buffers, the kernel's output no "
+                f"longer matches the reference: {check.message}",
+            )
 
     # -- timing ------------------------------------------------------------------------------------
+    def _probe(self, clock: Clock, single: Fn) -> Probe:
+        """Warm ``single`` up by time, set its clock's hold, and estimate its time."""
+        warm = warm_up(clock, single, self.options.warmup_ms)
+        hold_us = spin_for(clock, single)
+        estimate = min(clock.time(single)[0] for _ in range(3))
+        return Probe(clock, single, warm, hold_us, estimate)
+
+    def _mode_for(self, estimates_ms: Sequence[float], can_capture: bool) -> str:
+        """Per launch, or (for launches of a few microseconds: any of ``estimates_ms``) graph replays or
+        batches."""
+        mode = self.options.mode
+        if mode == "auto":
+            tiny = self.device == "cuda" and any(e * 1e3 < self.options.tiny_us for e in estimates_ms)
+            mode = "graph" if tiny else "per_launch"
+        if mode == "graph" and not can_capture:
+            mode = "batched"
+        return mode
+
+    def _spin_note(self, probe: Probe) -> str:
+        return (
+            f"start event held {probe.hold_us:.0f} us behind a spin kernel" if self.device == "cuda" else ""
+        )
+
+    def _per_launch_timer(self, probe: Probe) -> Timer:
+        flush = self._flusher()
+        l2 = "warm" if flush is None else f"cold (read {self._flush_bytes >> 20} MiB between launches)"
+        return Timer(probe, probe.single, launches=1, mode="per_launch", l2=l2, flush=flush)
+
+    def _rotation(self, args: dict, estimate_ms: float) -> tuple[list[dict], str]:
+        """The argument sets one graph or batch runs through (rotating over copies of the inputs that
+        together exceed the L2, when it must be cold), sized to run ``batch_target_ms`` at
+        ``estimate_ms`` per launch; and how the L2 is made cold."""
+        set_bytes = sum(v.numel() * v.element_size() for v in args.values() if isinstance(v, torch.Tensor))
+        sets = self._arg_sets(self._rotation_sets(set_bytes), args)
+        per_sample = max(len(sets), math.ceil(self.options.batch_target_ms / max(estimate_ms, 1e-4)))
+        per_sample = min(MAX_LAUNCHES_PER_SAMPLE, math.ceil(per_sample / len(sets)) * len(sets))
+        sequence = [sets[i % len(sets)] for i in range(per_sample)]
+        l2 = (
+            f"cold (rotating {len(sets)} input sets)"
+            if len(sets) > 1
+            else ("warm" if self.options.l2 == "warm" else "warm (one input set)")
+        )
+        return sequence, l2
+
+    def _repeated_timer(
+        self,
+        probe: Probe,
+        mode: str,
+        bind: Callable[[dict], Fn],
+        replay: Replay | None,
+        sequence: list[dict],
+        l2: str,
+        note: str,
+    ) -> Timer:
+        """A timer over ``sequence``: one graph replay when ``replay`` holds it, else a batch of plain
+        launches."""
+        if replay is not None:
+            return Timer(
+                probe, replay.launch, launches=replay.launches, mode=mode, l2=l2, note=note, replay=replay
+            )
+        calls = [bind(s) for s in sequence]
+
+        def body() -> None:
+            for call in calls:
+                call()
+
+        # A batch takes the host longer to enqueue than one launch: hold the start event longer.
+        note += f"; batch held {spin_for(probe.clock, body):.0f} us" if self.device == "cuda" else ""
+        return Timer(probe, body, launches=len(calls), mode=mode, l2=l2, note=note)
+
+    def _timer(self, clock: Clock, bind: Callable[[dict], Fn], args: dict, capture) -> Timer:
+        """One function prepared for sampling as the options say: per launch with an L2 flush between
+        launches, or, for launches of a few microseconds, as graph replays or batches rotating over input
+        copies."""
+        probe = self._probe(clock, bind(args))
+        mode = self._mode_for([probe.estimate_ms], capture is not None)
+        if mode == "per_launch":
+            return self._per_launch_timer(probe)
+        sequence, l2 = self._rotation(args, probe.estimate_ms)
+        note = self._spin_note(probe)
+        replay = capture(sequence) if mode == "graph" else None
+        if mode == "graph" and replay is None:
+            mode, note = "batched", "graph capture was not possible; timed batches of plain launches"
+        timer = self._repeated_timer(probe, mode, bind, replay, sequence, l2, note)
+        timer.warm(min(self.options.warmup_ms, 50.0))
+        return timer
+
+    def _measure(
+        self, clock: Clock, bind: Callable[[dict], Fn], args: dict, capture, what: str
+    ) -> TimingStats:
+        """Time one function until its median is stable (or the budget runs out)."""
+        timer = self._timer(clock, bind, args, capture)
+        samples = sample_until_stable(timer.take, self.options)
+        timer.close()
+        stats = timer.summarize(samples)
+        self._valid_timing(stats, samples, what)
+        return stats
+
+    def _valid_timing(self, stats: TimingStats, samples: Samples, what: str) -> None:
+        escaped = escaped_work(stats, samples)
+        if escaped:
+            raise StageFailed("failed", "timing", f"{what}: {escaped}")
+        if not stats.median_ms > 0:
+            raise StageFailed("failed", "timing", f"{what}: median time {stats.median_ms} ms is not positive")
+
     def _rotation_sets(self, set_bytes: int) -> int:
         if self.options.l2 != "cold" or self.device != "cuda" or set_bytes <= 0:
             return 1
@@ -425,92 +563,136 @@ class WorkerRun:
             sets.append({k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in base.items()})
         return sets
 
-    def _measure(self, clock, bind, args: dict, capture, what: str) -> TimingStats:
-        """Time one callable as the options say: per launch with an L2 flush between launches, or, for
-        launches of a few microseconds, as graph replays or batches rotating over input copies."""
-        opts = self.options
-        single = bind(args)
-        warm = warm_up(clock, single, opts.warmup_ms)
-        hold_us = spin_for(clock, single)
-        estimate = min(clock.time(single)[0] for _ in range(3))
-        mode = opts.mode
-        if mode == "auto":
-            mode = "graph" if (self.device == "cuda" and estimate * 1e3 < opts.tiny_us) else "per_launch"
-        if mode == "graph" and capture is None:
-            mode = "batched"
-        note = f"start event held {hold_us:.0f} us behind a spin kernel" if self.device == "cuda" else ""
-        if mode == "per_launch":
-            flush = self._flusher()
-            l2 = "warm" if flush is None else f"cold (read {self._flush_bytes >> 20} MiB between launches)"
-
-            def take():
-                if flush is not None:
-                    flush()
-                return clock.time(single)
-
-            samples = sample_until_stable(take, opts)
-            stats = summarize(samples, launches=1, mode=mode, l2=l2, clock=clock.name, warmup=warm)
-        else:
-            set_bytes = sum(
-                v.numel() * v.element_size() for v in args.values() if isinstance(v, torch.Tensor)
-            )
-            sets = self._arg_sets(self._rotation_sets(set_bytes), args)
-            per_sample = max(len(sets), math.ceil(opts.batch_target_ms / max(estimate, 1e-4)))
-            per_sample = min(MAX_LAUNCHES_PER_SAMPLE, math.ceil(per_sample / len(sets)) * len(sets))
-            sequence = [sets[i % len(sets)] for i in range(per_sample)]
-            l2 = (
-                f"cold (rotating {len(sets)} input sets)"
-                if len(sets) > 1
-                else ("warm" if opts.l2 == "warm" else "warm (one input set)")
-            )
-            replay = capture(sequence) if mode == "graph" else None
-            if mode == "graph" and replay is None:
-                mode, note = "batched", "graph capture was not possible; timed batches of plain launches"
-            if replay is not None:
-                body, launches = replay.launch, replay.launches
-            else:
-                calls = [bind(s) for s in sequence]
-
-                def body():
-                    for call in calls:
-                        call()
-
-                launches = len(calls)
-                # A batch takes the host longer to enqueue than one launch: hold the start event longer.
-                note += f"; batch held {spin_for(clock, body):.0f} us" if self.device == "cuda" else ""
-            warm_up(clock, body, min(opts.warmup_ms, 50.0), min_launches=2)
-            samples = sample_until_stable(lambda: clock.time(body), opts)
-            if replay is not None:
-                replay.close()
-            stats = summarize(
-                samples, launches=launches, mode=mode, l2=l2, clock=clock.name, warmup=warm, note=note
-            )
-        escaped = escaped_work(stats, samples)
-        if escaped:
-            raise StageFailed("failed", "timing", f"{what}: {escaped}")
-        if not stats.median_ms > 0:
-            raise StageFailed("failed", "timing", f"{what}: median time {stats.median_ms} ms is not positive")
-        return stats
-
-    def _flusher(self):
+    def _flusher(self) -> Callable[[], None] | None:
         if self.options.l2 != "cold" or self.device != "cuda":
             return None
-        self._flush_bytes = max(2 * self.l2_bytes, 64 << 20)
-        buffer = torch.ones(self._flush_bytes // 4, dtype=torch.float32, device="cuda")
+        if self._flush is None:
+            self._flush_bytes = max(2 * self.l2_bytes, 64 << 20)
+            buffer = torch.ones(self._flush_bytes // 4, dtype=torch.float32, device="cuda")
 
-        def flush() -> None:
-            # Reading (not writing) evicts the L2 without leaving dirty lines that the timed kernel
-            # would then pay to write back.
-            buffer.sum()
-            torch.cuda.synchronize()
+            def flush() -> None:
+                # Reading (not writing) evicts the L2 without leaving dirty lines that the timed kernel
+                # would then pay to write back.
+                buffer.sum()
+                torch.cuda.synchronize()
 
-        return flush
+            self._flush = flush
+        return self._flush
 
-    def _time_kernel(self) -> TimingStats:
-        launcher = self.launcher
+
+class WorkerRun(Harness):
+    """One bench command: check and time one kernel, and its reference, into a BenchResult."""
+
+    def __init__(self, request: BenchRequest, result_path: str):
+        super().__init__(request)
+        self.result_path = result_path
+        self.fields: dict = {**base_fields(request), "status": "error"}
+        self.kernel: Side | None = None
+        self._loaded: Launcher | None = None  # its notes go into the result once it loaded
+
+    @property
+    def launcher(self) -> Launcher:
+        return self._side().launcher
+
+    @property
+    def kernel_clock(self) -> Clock:
+        return self._side().clock
+
+    def _side(self) -> Side:
+        if self.kernel is None:
+            raise RuntimeError("the kernel is not loaded: call prepare() first")
+        return self.kernel
+
+    # -- bookkeeping -------------------------------------------------------------------------------
+    def result(self) -> BenchResult:
+        fields = dict(self.fields)
+        if self.kernel is not None and self.kernel.zeroed:
+            fields["outputs_must_start_zeroed"] = True
+        fields["correctness"] = tuple(self.checks)
+        fields["worker_seconds"] = time.perf_counter() - self.started
+        return BenchResult(**fields)
+
+    def save(self) -> None:
+        if isinstance(self._loaded, ProvidesNotes):
+            try:
+                self.fields["backend_notes"] = dict(self._loaded.notes())
+            except Exception as exc:  # notes are evidence, never a reason to lose the result
+                self.fields["backend_notes"] = {"error": _describe(exc)}
+        write_json(self.result_path, to_data(self.result()))
+
+    def enter(self, stage: str) -> None:
+        """Start ``stage``: until the run ends, RESULT.json says status "error" with no error and this
+        ``error_stage``, so a worker that ends without a result (an exit, a signal) leaves the stage it
+        was in for the runner to report."""
+        self.fields["error_stage"] = stage
+        self.save()
+
+    # -- stages ------------------------------------------------------------------------------------
+    def run(self) -> BenchResult:
+        try:
+            self._run()
+            self.fields.update(status="ok", error_stage=None)
+        except SystemExit as exc:  # exit() from the kernel or the reference ends the run, never silently
+            stage = self.fields.get("error_stage") or "worker"
+            self.fields.update(status="failed", error_stage="worker", error=_exit_message(exc, stage))
+        except StageFailed as failure:
+            self.fields.update(status=failure.status, error_stage=failure.stage, error=failure.message)
+        except ConfigError as exc:
+            self.fields.update(status="error", error_stage="reference", error=str(exc))
+        except Exception as exc:  # anything else is kopt's or the environment's, said plainly
+            self.fields.update(status="error", error_stage="worker", error=_describe(exc))
+        self.save()
+        return self.result()
+
+    def prepare(self) -> None:
+        """Load the kernel, open the device, plan and allocate the buffers (also what a profiled process
+        does before its one profiled launch)."""
+        artifact = self.request.artifact
+        self.enter("load")
+        launcher = self._loaded = self._load(artifact)
+        self.fields["device"] = self._open_device(launcher)
+        self.kernel = Side("kernel", launcher, self._clock_for(launcher))
+        self.ref = load_reference(self.request.reference)
+        self.fields["buffers"] = self._adopt(self._plan(artifact, launcher), artifact)
+        self.fields["tolerance"] = self._tolerance(artifact)
+        self.save()
+        self._allocate()
+
+    def kernel_call(self, seed: int) -> Fn:
+        """Fresh inputs for ``seed`` in the buffers, and the launch of the kernel on them."""
+        side = self._side()
+        self._fill(seed, zeroed=side.zeroed)
+        return side.launcher.bind({**self.tensors, **self.scalars})
+
+    def _run(self) -> None:
+        self.prepare()
+        kernel = self._side()
+        self.enter("correctness")
+        self._correctness(kernel, self.options.seeds)
+        self.fields["correctness_pass"] = True
+        self.enter("timing")
+
+        kernel_stats = self._time_kernel(kernel)
+        self.fields["kernel_timing"] = kernel_stats
+        self.enter("recheck")
+        try:
+            self._recheck(kernel, self.options.recheck_seed, "timing")
+        except StageFailed:
+            self.fields["correctness_pass"] = False
+            raise
+        self.fields["timing_valid"] = True
+        if self.options.time_reference:
+            self.enter("reference")
+            ref_stats = self._time_reference()
+            self.fields["reference_timing"] = ref_stats
+            if ref_stats.median_ms > 0 and kernel_stats.median_ms > 0:
+                self.fields["speedup_vs_reference"] = ref_stats.median_ms / kernel_stats.median_ms
+
+    def _time_kernel(self, kernel: Side) -> TimingStats:
+        launcher = kernel.launcher
         try:
             stats = self._measure(
-                self.kernel_clock, launcher.bind, {**self.tensors, **self.scalars}, launcher.capture, "kernel"
+                kernel.clock, launcher.bind, {**self.tensors, **self.scalars}, launcher.capture, "kernel"
             )
             launcher.check()
         except (LaunchError, RuntimeError) as exc:
@@ -523,7 +705,7 @@ class WorkerRun:
         ref_args = self._fill(self.options.recheck_seed + 1, False)
         reference = self.ref.reference
 
-        def bind(args: dict):
+        def bind(args: dict) -> Fn:
             return lambda: reference(**args)
 
         try:
@@ -536,15 +718,374 @@ class WorkerRun:
             ) from None
 
 
+class PairedRun(Harness):
+    """One paired command: A (the incumbent) and B (the challenger) checked once each, then timed on the
+    same buffers in interleaved blocks (``kopt_core.bench.paired.block_order``), then checked again.
+
+    Both sides bind to the same tensors and are timed in ONE mode: per launch with the L2 flush, or, when
+    either side is tiny, both as graph replays (both as batches if either cannot be captured) over one
+    shared sequence of rotated input sets. Within a block the second side starts as soon as the first
+    side's last sample ends: the GPU never idles between the two (an idle H200 drops its clock within
+    50 ms). GPU telemetry is read before and after each block, never inside one."""
+
+    def __init__(self, paired: PairedRequest, result_path: str):
+        super().__init__(paired.a)
+        self.paired = paired
+        self.plan = paired.plan
+        self.result_path = result_path
+        self.fields: dict = {
+            "a": paired.a.artifact.source,
+            "b": paired.b.artifact.source,
+            "status": "error",
+            "seed": paired.plan.seed,
+        }
+        self.blocks: list[PairedBlock] = []
+        self.sides: dict[str, Side] = {}
+        self.telemetry: GpuTelemetry | None = None
+
+    def measurement(self) -> PairedMeasurement:
+        return PairedMeasurement(
+            **self.fields, blocks=tuple(self.blocks), worker_seconds=time.perf_counter() - self.started
+        )
+
+    def save(self, between_blocks: bool = False) -> None:
+        data = to_data(self.measurement())
+        if between_blocks:
+            _replace_quickly(self.result_path, data)
+        else:
+            write_json(self.result_path, data)
+
+    def enter(self, stage: str, side: str | None = None) -> None:
+        """As ``WorkerRun.enter``; ``side`` is the side the stage works on (None: both), which a worker
+        that dies in it leaves as ``failed_side``."""
+        self.fields.update(error_stage=stage, failed_side=side)
+        self.save()
+
+    def run(self) -> PairedMeasurement:
+        try:
+            self._run()
+            self.fields.update(status="ok", error_stage=None, failed_side=None)
+        except SystemExit as exc:
+            stage = self.fields.get("error_stage") or "worker"
+            self.fields.update(status="failed", error_stage="worker", error=_exit_message(exc, stage))
+        except StageFailed as failure:
+            self.fields.update(status=failure.status, error_stage=failure.stage, error=failure.message)
+        except ConfigError as exc:
+            self.fields.update(status="error", error_stage="reference", error=str(exc))
+        except Exception as exc:
+            self.fields.update(status="error", error_stage="worker", error=_describe(exc))
+        finally:
+            if self.telemetry is not None:
+                self.telemetry.close()
+        if self.fields["status"] != "failed":  # an error is not a side's doing (the reference, the device)
+            self.fields["failed_side"] = None
+        self.save()
+        return self.measurement()
+
+    def _run(self) -> None:
+        self._prepare()
+        for name, side in self.sides.items():
+            self.enter("correctness", name)
+            self._correctness(side, (self.plan.check_seed,))
+        self.enter("timing")
+        timers = self._timers()
+        self.enter("blocks")
+        try:
+            self._blocks(timers)
+        finally:
+            for timer in timers.values():
+                timer.close()
+        for name, side in self.sides.items():
+            self.enter("recheck", name)
+            self._recheck(side, self.plan.recheck_seed, "the timed blocks")
+
+    def _prepare(self) -> None:
+        a, b = self.paired.a, self.paired.b
+        self.enter("load", "a")
+        launcher_a = self._load(a.artifact)
+        self._open_device(launcher_a)
+        self.enter("load", "b")
+        launcher_b = self._load(b.artifact)
+        if launcher_b.device != self.device:
+            raise StageFailed(
+                "error", "load", f"side a runs on {self.device} and side b on {launcher_b.device}: no pairing"
+            )
+        self.ref = load_reference(a.reference)
+        plan_a, plan_b = self._plan(a.artifact, launcher_a), self._plan(b.artifact, launcher_b)
+        if _layout(plan_a) != _layout(plan_b):
+            raise StageFailed(
+                "error",
+                "load",
+                "the two kernels do not take the same buffers, so they cannot share them: "
+                f"a {_layout(plan_a)}, b {_layout(plan_b)}",
+            )
+        self.fields["failed_side"] = None
+        self._adopt(plan_a, a.artifact)
+        self._tolerance(a.artifact)
+        self._allocate()
+        self.sides = {
+            "a": Side("a", launcher_a, self._clock_for(launcher_a), prefix="side a: "),
+            "b": Side("b", launcher_b, self._clock_for(launcher_b), prefix="side b: "),
+        }
+        self._open_telemetry()
+
+    def _open_telemetry(self) -> None:
+        if self.device != "cuda":
+            note = f"the kernels run on the {self.device}: there is no GPU to read"
+            self.fields.update(telemetry_available=False, telemetry_note=note)
+            return
+        self.telemetry, why = GpuTelemetry.open(torch.cuda.current_device())
+        self.fields.update(telemetry_available=self.telemetry is not None, telemetry_note=why)
+
+    def _timers(self) -> dict[str, Timer]:
+        """Both sides warmed up and prepared in one mode, on the same tensors (and the same rotated input
+        sets)."""
+        args = {**self.tensors, **self.scalars}
+        probes = {
+            name: self._as_side(name, self._probe, side.clock, side.launcher.bind(args))
+            for name, side in self.sides.items()
+        }
+        mode = self._mode_for([p.estimate_ms for p in probes.values()], can_capture=True)
+        if mode == "per_launch":
+            timers = {name: self._per_launch_timer(probe) for name, probe in probes.items()}
+        else:
+            # One sequence for both, sized so that the faster side's sample still runs batch_target_ms.
+            sequence, l2 = self._rotation(args, min(p.estimate_ms for p in probes.values()))
+            replays: dict[str, Replay | None] = {name: None for name in self.sides}
+            notes = {name: self._spin_note(probe) for name, probe in probes.items()}
+            if mode == "graph":
+                for name, side in self.sides.items():
+                    replays[name] = self._as_side(name, side.launcher.capture, sequence)
+                missing = [name for name, replay in replays.items() if replay is None]
+                if missing:
+                    for replay in replays.values():
+                        if replay is not None:
+                            replay.close()
+                    replays = {name: None for name in self.sides}
+                    mode = "batched"
+                    why = f"graph capture was not possible for side {' and '.join(missing)}"
+                    notes = {name: f"{why}; both sides timed as batches of plain launches" for name in notes}
+            timers = {
+                name: self._as_side(
+                    name,
+                    self._repeated_timer,
+                    probes[name],
+                    mode,
+                    side.launcher.bind,
+                    replays[name],
+                    sequence,
+                    l2,
+                    notes[name],
+                )
+                for name, side in self.sides.items()
+            }
+        self.fields.update(mode=mode, l2=timers["a"].l2)
+        return timers
+
+    def _as_side(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, where a kernel error fails side ``name`` at stage timing."""
+        try:
+            return fn(*args)
+        except (LaunchError, RuntimeError) as exc:
+            self.fields["failed_side"] = name
+            raise StageFailed(
+                "failed", "timing", f"side {name}: the kernel failed while being timed: {_describe(exc)}"
+            ) from None
+
+    def _blocks(self, timers: dict[str, Timer]) -> None:
+        per_block = self.plan.samples_per_block
+        taken: dict[str, list[tuple[float, float]]] = {name: [] for name in timers}
+        running = ""
+        try:
+            # Warm again right before the first block: preparing the timers left the GPU idle a moment.
+            for name, timer in timers.items():
+                running = name
+                timer.warm(min(self.options.warmup_ms, 50.0))
+            for index, order in enumerate(block_order(self.plan.blocks, self.plan.seed)):
+                first, second = order[0].lower(), order[1].lower()
+                before = self._reading()
+                running = first
+                one = [timers[first].take() for _ in range(per_block)]
+                running = second
+                two = [timers[second].take() for _ in range(per_block)]
+                after = self._reading()
+                self._add_block(index, order, {first: one, second: two}, timers, (before, after))
+                taken[first] += one
+                taken[second] += two
+            for name, side in self.sides.items():
+                running = name
+                side.launcher.check()
+        except (LaunchError, RuntimeError) as exc:
+            self.fields["failed_side"] = running
+            raise StageFailed(
+                "failed", "blocks", f"side {running}: the kernel failed while being timed: {_describe(exc)}"
+            ) from None
+        for name, timer in timers.items():
+            samples = Samples([d for d, _ in taken[name]], [h for _, h in taken[name]], "blocks")
+            self.fields["failed_side"] = name
+            self._valid_timing(timer.summarize(samples), samples, f"side {name}")
+        self.fields["failed_side"] = None
+
+    def _reading(self) -> TelemetrySample | None:
+        return self.telemetry.sample() if self.telemetry is not None else None
+
+    def _add_block(
+        self,
+        index: int,
+        order: str,
+        taken: dict[str, list[tuple[float, float]]],
+        timers: dict[str, Timer],
+        readings: tuple[TelemetrySample | None, ...],
+    ) -> None:
+        per_launch = {
+            name: [d / timers[name].launches for d, _ in samples] for name, samples in taken.items()
+        }
+        self.blocks.append(
+            PairedBlock(
+                index=index,
+                order=order,
+                a_ms=statistics.median(per_launch["a"]),
+                b_ms=statistics.median(per_launch["b"]),
+                a_samples=per_launch["a"],
+                b_samples=per_launch["b"],
+                telemetry=tuple(r for r in readings if r is not None),
+            )
+        )
+        self.save(between_blocks=True)
+
+
+def _layout(plan: BufferPlan) -> list[tuple[str, str, tuple[int, ...], str]]:
+    return [(s.name, s.dtype, tuple(s.shape), s.role) for s in plan.specs]
+
+
+def _replace_quickly(path: str, data: Any) -> None:
+    """Write ``data`` over ``path`` atomically (a temporary file renamed over it) but without fsync: this
+    guards against the worker being killed, not the machine losing power, and an fsync (milliseconds, more
+    on a busy disk) between blocks would leave the GPU idle long enough to lose its clock."""
+    target = Path(path)
+    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(dumps(data))
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _exit_message(exc: SystemExit, stage: str) -> str:
+    return (
+        f"the worker was told to exit (exit({exc.code!r})) during stage {stage}: a kernel or a reference "
+        "must not end the process"
+    )
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
 
 
+# -- serving an executor ---------------------------------------------------------------------------
+
+
+class _ProcessState:
+    """Process-wide settings a kernel or a reference may change, taken when the worker starts and put back
+    before each command."""
+
+    def __init__(self) -> None:
+        self.cwd = os.getcwd()
+        self.path = list(sys.path)
+        self.dtype = torch.get_default_dtype()
+        self.grad = torch.is_grad_enabled()
+
+    def restore(self) -> None:
+        os.chdir(self.cwd)
+        sys.path[:] = self.path
+        torch.set_default_dtype(self.dtype)
+        torch.set_grad_enabled(self.grad)
+
+
+def serve(commands_fd: int, replies_fd: int) -> int:
+    """Run the executor's commands one at a time until its command pipe closes.
+
+    A command is one JSON line ``{"id", "kind": "bench" | "paired", "request", "result"}`` (the request
+    and result are files); the answer, once the result file is complete, is one JSON line ``{"id",
+    "healthy", "note"}`` on the reply pipe.
+
+    Nothing of one command's run is kept for the next: each command builds a new WorkerRun or PairedRun,
+    so the launcher (and with it the kernel's module) is loaded afresh, the buffers and rotated input sets
+    are allocated afresh, and the reference file is imported again. Re-importing the reference costs about
+    a millisecond (its child-process import check is cached by content) and means nothing a reference
+    keeps in module globals (a cache, a counter, tensors of the last candidate's buffers) can carry from
+    one candidate's expected outputs into the next, and a reference edited during a run is checked again.
+    Between commands the worker collects garbage, synchronizes the device and empties PyTorch's cache
+    (``_tidy``), and puts back the working directory, sys.path, PyTorch's default dtype and grad mode.
+
+    What cannot be reset in-process: a shared library loaded twice from the same path is the same copy
+    (the dynamic loader keeps one per path, and ctypes never unloads), so a CUDA artifact benched twice in
+    one worker keeps its static state; modules a kernel imports stay imported; environment variables it
+    sets stay set. A command whose record is not ok, or after which ``_tidy`` fails (an unusable CUDA
+    context), ends this worker: the executor starts a fresh one."""
+    for fd in (commands_fd, replies_fd):
+        os.set_inheritable(fd, False)  # not into what kernels start
+    commands = os.fdopen(commands_fd, "r", encoding="utf-8")
+    replies = os.fdopen(replies_fd, "w", encoding="utf-8")
+    state = _ProcessState()
+    while True:
+        line = commands.readline()
+        if not line:
+            return 0
+        try:
+            command = json.loads(line)
+            number = command["id"]
+        except (ValueError, KeyError, TypeError):
+            print(f"kopt bench worker: ignored an unreadable command: {line[:200]!r}", file=sys.stderr)
+            continue
+        try:
+            state.restore()
+            _run_command(command)
+            healthy, note = _tidy()
+        except Exception as exc:  # kopt's own failure outside a run: this worker is not to be trusted
+            traceback.print_exc()
+            healthy, note = False, _describe(exc)
+        replies.write(json.dumps({"id": number, "healthy": healthy, "note": note}) + "\n")
+        replies.flush()
+
+
+def _run_command(command: dict) -> None:
+    data = read_json(command["request"])
+    if command["kind"] == "bench":
+        WorkerRun(from_data(data, BenchRequest), command["result"]).run()
+    elif command["kind"] == "paired":
+        PairedRun(from_data(data, PairedRequest), command["result"]).run()
+    else:
+        raise ValueError(f"unknown command kind {command['kind']!r}")
+
+
+def _tidy() -> tuple[bool, str]:
+    """Free what the last command left; (whether the device still works, why not)."""
+    gc.collect()
+    try:
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+    except Exception as exc:
+        return False, f"the device failed after the command: {_describe(exc)}"
+    return True, ""
+
+
+USAGE = (
+    "usage: python -m kopt_core.bench.worker REQUEST.json RESULT.json\n"
+    "       python -m kopt_core.bench.worker --serve COMMANDS_FD REPLIES_FD"
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print("usage: python -m kopt_core.bench.worker REQUEST.json RESULT.json", file=sys.stderr)
+    if len(argv) == 3 and argv[0] == "--serve":
+        return serve(int(argv[1]), int(argv[2]))
+    if len(argv) != 2 or argv[0].startswith("-"):
+        print(USAGE, file=sys.stderr)
         return 2
     request = from_data(read_json(argv[0]), BenchRequest)
     try:
@@ -556,4 +1097,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the module under its own name, not as __main__: one copy of its classes and functions, the one
+    # that everything importing kopt_core.bench.worker sees.
+    from kopt_core.bench import worker
+
+    sys.exit(worker.main())

@@ -846,8 +846,8 @@ def select_cmd(
 
 
 @cli.command("sass")
-@click.argument("target", type=click.Path(dir_okay=False))
-@click.option("--method", "methods", multiple=True, required=True, help="Method id (repeat for several).")
+@click.argument("target", type=click.Path(dir_okay=False), required=False)
+@click.option("--method", "methods", multiple=True, help="Method id (repeat for several).")
 @click.option(
     "--baseline",
     type=click.Path(dir_okay=False),
@@ -858,17 +858,54 @@ def select_cmd(
     "--arch", default="sm_90a", show_default=True, help="The architecture the target was built for."
 )
 @click.option(
+    "--state",
+    "state_path",
+    type=click.Path(),
+    default=None,
+    help="Run form: the run's state.json (or folder); checks iteration --iter's champion.",
+)
+@click.option("--iter", "iteration", type=click.IntRange(1, None), default=None, help="Run form: iteration.")
+@click.option(
     "--json", "as_json", is_flag=True, help="Print the envelope (result: {target, verdicts}) on stdout."
 )
-def sass_cmd(target, methods, baseline, arch, as_json) -> int:
+def sass_cmd(target, methods, baseline, arch, state_path, iteration, as_json) -> int:
     """Check TARGET (cuobjdump --dump-sass text, a cubin or a shared library) for the SASS each method
     leaves. Exit 3 when no disassembler could run (a missing tool is never a pass); exit 4 when TARGET
-    or --baseline holds no device code (empty, no instructions, no cubin in it)."""
+    or --baseline holds no device code (empty, no instructions, no cubin in it).
+
+    Run form (--state, --iter): the iteration's champion against the baseline, for the iteration's
+    methods, into iterv{i}/sass_check.json."""
+    from kopt_core.errors import ConfigError
     from kopt_core.hardware import parse_arch
     from kopt_core.records import to_data
     from kopt_core.steps.sass import check_sass
 
-    verdicts = check_sass(_plugin_manager(), target, list(methods), arch=parse_arch(arch), baseline=baseline)
+    if state_path is not None or iteration is not None:
+        if state_path is None or iteration is None or target is not None or methods:
+            raise ConfigError("the run form takes --state and --iter, and no TARGET or --method")
+        from kopt_core.run.sass_check import check_iteration_sass
+
+        record = check_iteration_sass(_plugin_manager(), _store(state_path), iteration)
+        code = (
+            EXIT_HARDWARE if record.methods and all(m.status == "tool_error" for m in record.methods) else 0
+        )
+        if as_json:
+            error = (
+                envelope.error_data("HardwareError", "no disassembler could read the champion")
+                if code
+                else None
+            )
+            return envelope.emit(
+                "sass", code, {"target": record.artifact, "verdicts": to_data(record.methods)}, error
+            )
+        render.sass_check_report(record)
+        return code
+    else:
+        if target is None or not methods:
+            raise ConfigError("give TARGET and at least one --method, or the run form --state and --iter")
+        verdicts = check_sass(
+            _plugin_manager(), target, list(methods), arch=parse_arch(arch), baseline=baseline
+        )
     code = EXIT_HARDWARE if verdicts and all(v.status == "tool_error" for v in verdicts) else 0
     if as_json:
         result = {"target": str(target), "verdicts": [to_data(v) for v in verdicts]}
@@ -878,6 +915,10 @@ def sass_cmd(target, methods, baseline, arch, as_json) -> int:
         return envelope.emit("sass", code, result, error)
     render.sass_report(target, verdicts)
     return code
+
+
+# the loop's steps after select (explore, ablate, update, summarize) register themselves on the group
+from kopt_core.cli import loop as _loop  # noqa: E402,F401
 
 
 def main() -> None:

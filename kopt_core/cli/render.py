@@ -320,3 +320,93 @@ def sass_report(target, verdicts) -> None:
             escape(v.reason or v.expected),
         )
     out.print(table)
+
+
+def sass_check_report(record) -> None:
+    """sass_check.json of an iteration: each method's verdict on the champion."""
+    colours = {"pass": "green", "fail": "red", "tool_error": "red", "inconclusive": "yellow"}
+    table = _table(
+        f"kopt sass: iterv{record.iteration} champion {record.artifact}", "method", "verdict", "detail"
+    )
+    for m in record.methods:
+        colour = colours.get(m.status, "white")
+        strength = " (strong)" if m.status == "fail" and m.strong else ""
+        table.add_row(escape(m.method), f"[{colour}]{escape(m.status)}{strength}[/]", escape(m.detail))
+    out.print(table)
+
+
+def _yes(value) -> str:
+    return {True: "[green]yes[/]", False: "[red]no[/]", None: "[yellow]-[/]"}[value]
+
+
+def explore_report(record, promotion_path) -> None:
+    """explore.json: each branch through each gate, the champion, and the promotion's verdict."""
+    from kopt_core.records.paired import read_paired_comparison
+
+    table = _table(
+        f"kopt explore: iterv{record.iteration} ({record.compile_jobs_reason})",
+        "branch", "compile", "contract", "correct", "race-safe", "timed", "median", "robust CV", "why not",
+    )  # fmt: skip
+    for b in record.branches:
+        table.add_row(
+            escape(b.id),
+            _yes(b.compile_pass),
+            _yes(b.contract_pass),
+            _yes(b.correctness_pass),
+            _yes(b.race_safe),
+            _yes(b.timing_valid),
+            fmt_ms(b.median_ms),
+            "-" if b.robust_cv is None else f"{b.robust_cv:.2%}",
+            escape(f"{b.error_stage}: {(b.error or '').strip().splitlines()[0]}" if b.error else ""),
+        )
+    out.print(table)
+    out.print(Text(f"champion: {record.champion} ({fmt_ms(record.champion_ms)})"))
+    if promotion_path.is_file():
+        paired = read_paired_comparison(promotion_path)
+        interval = "-" if paired.ci_low is None else f"[{paired.ci_low:.4f}, {paired.ci_high:.4f}]"
+        speedup = "-" if paired.speedup is None else f"{paired.speedup:.4f}x"
+        out.print(
+            Text(
+                f"paired with the best: {paired.verdict} (speedup {speedup}, 95% interval {interval}, "
+                f"noise threshold {paired.threshold:.2%}, {paired.blocks_used} blocks, "
+                f"{paired.blocks_voided} voided)"
+            )
+        )
+
+
+def attribution_report(record) -> None:
+    """attribution.json: what each method is worth, with its interval."""
+    table = _table(
+        f"kopt ablate: iterv{record.iteration} (noise threshold {record.threshold:.2%})",
+        "method", "status", "saves (ms)", "95% interval (ms)", "relative", "beyond noise", "why",
+    )  # fmt: skip
+    for m in record.methods:
+        interval = "-" if m.ci_low_ms is None else f"[{m.ci_low_ms:+.5f}, {m.ci_high_ms:+.5f}]"
+        table.add_row(
+            escape(m.method),
+            escape(m.status),
+            "-" if m.attribution_ms is None else f"{m.attribution_ms:+.5f}",
+            interval,
+            "-" if m.relative is None else f"{m.relative:+.2%}",
+            _yes(m.beyond_noise),
+            escape(m.reason),
+        )
+    out.print(table)
+
+
+def update_report(state, iteration: int) -> None:
+    """What the update changed: the iteration's history entry and the method classes."""
+    entry = next((h for h in state.history if h.iteration == iteration), None)
+    lines = [f"iterv{iteration} updated: best {state.best_file} ({fmt_ms(state.best_metric_ms)})"]
+    if entry is not None:
+        lines.append(
+            f"  promoted: {'yes' if entry.promoted else 'no'}; verified: {'yes' if entry.verified else 'no'}"
+        )
+    for label, methods in (
+        ("effective", state.effective_methods),
+        ("ineffective", state.ineffective_methods),
+        ("implementation-failed", state.implementation_failed_methods),
+        ("unverified", state.unverified_methods),
+    ):
+        lines.append(f"  {label}: {', '.join(methods) or 'none'}")
+    out.print(Text("\n".join(lines)))

@@ -18,7 +18,7 @@ from kopt_core.errors import (
     ValidationError,
 )
 from kopt_core.jsonio import write_json
-from kopt_core.records import BenchOptions, ProfileOptions, to_data
+from kopt_core.records import BenchOptions, BenchRequest, ProfileOptions, to_data
 from kopt_core.records.state import RooflineHistoryEntry, State
 from kopt_core.roofline.records import Ceilings
 from kopt_core.run.layout import baseline_dir
@@ -26,6 +26,8 @@ from kopt_core.run.store import RunStore
 from kopt_core.run.summary import render_summary
 from kopt_core.steps.bench import Prepared, exit_code, prepare, run_bench
 from kopt_core.steps.profile import load_ceilings, profile_prepared
+
+NOISE_FILE = "noise_aa.json"
 
 if TYPE_CHECKING:
     from kopt_core.plugins import PluginManager
@@ -66,10 +68,15 @@ def profile_problem(outcome) -> str | None:
 
 
 def prepare_in_run(
-    pm: PluginManager, state: State, purpose: str, kernel: str | Path | None = None
+    pm: PluginManager,
+    state: State,
+    purpose: str,
+    kernel: str | Path | None = None,
+    *,
+    require_gpu: bool = True,
 ) -> Prepared:
     """A kernel of the run (the current best unless ``kernel`` is given), checked and built against the
-    run's reference, dims and backend."""
+    run's reference, dims and backend (``require_gpu=False``: also on a machine without a GPU)."""
     return prepare(
         pm,
         kernel or state.best_file,
@@ -77,10 +84,45 @@ def prepare_in_run(
         dict(state.dims),
         backend=state.backend,
         purpose=purpose,
+        require_gpu=require_gpu,
     )
 
 
-def seed_baseline(pm, store: RunStore, *, options: BenchOptions | None = None, retry: bool = False) -> State:
+def measure_noise(prepared: Prepared, folder: Path, *, executor=None, plan=None) -> float:
+    """The run's noise threshold: the baseline paired against itself (A/A) in one worker, written to
+    ``baseline/noise_aa.json``; the smallest relative effect a later paired comparison may call real.
+    An A/A pairing that fails or is too unstable to decide stops the seed (exit 3: the machine, not the
+    kernel, is too noisy to judge anything on)."""
+    from kopt_core.bench.executor import PairedPlan, WorkerExecutor
+    from kopt_core.bench.paired import decide, noise_threshold
+
+    plan = plan or PairedPlan()
+    request = BenchRequest(
+        artifact=prepared.artifact,
+        reference=prepared.reference_path,
+        dims=prepared.dims,
+        options=BenchOptions(budget_s=1.0, warmup_ms=100.0, time_reference=False),
+    )
+    with (executor or WorkerExecutor)() as runner:
+        measurement = runner.paired(request, request, plan)
+    comparison = decide(measurement, 0.0, seed=plan.seed)
+    write_json(folder / NOISE_FILE, to_data(comparison))
+    if measurement.status != "ok":
+        raise ValidationError(f"the baseline failed when paired with itself: {measurement.error}")
+    try:
+        return noise_threshold(comparison, seed=plan.seed)
+    except ValueError as exc:
+        raise HardwareError(str(exc)) from None
+
+
+def seed_baseline(
+    pm,
+    store: RunStore,
+    *,
+    options: BenchOptions | None = None,
+    retry: bool = False,
+    executor=None,
+) -> State:
     """Seed the run. A stopped run answers with what stopped it (``RunStore.stopped_error``); with
     ``retry``, a stop the environment caused (exit 3) is cleared first and the run seeded again."""
     with store.locked("seed"):
@@ -120,9 +162,12 @@ def seed_baseline(pm, store: RunStore, *, options: BenchOptions | None = None, r
             problem = profile_problem(outcome)
             if problem:
                 raise HardwareError(f"the baseline's ncu profile is degraded: {problem}")
+            threshold = measure_noise(prepared, folder, executor=executor)
         except KoptError as error:
             stop_on_failure(store, "seed", error)
         state = store.update(
+            noise_threshold=threshold,
+            noise_evidence=str(folder / NOISE_FILE),
             best_metric_ms=bench.kernel_timing.median_ms,
             best_ncu_rep=outcome.summary.report,
             run_status="seeded",

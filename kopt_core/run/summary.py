@@ -87,6 +87,9 @@ def render_summary(store) -> Path:
         "",
     ]
 
+    lines += _charts(store, state, base)
+    lines += _iterations(state)
+
     lines += ["## History", ""]
     if state.history:
         lines += ["| iteration | kernel | best | methods | verified | note |", "|---|---|---|---|---|---|"]
@@ -110,3 +113,201 @@ def render_summary(store) -> Path:
         lines.append("No iterations ran.")
     lines.append("")
     return write_text_atomic(store.summary_path, "\n".join(lines))
+
+
+ROOFLINE_CHART = "roofline.png"
+SPEEDUP_CHART = "speedup.png"
+
+
+def _speedup_points(state, base: float | None) -> list:
+    """Each iteration's champion against the baseline: the best going into the iteration over the
+    baseline, times the champion's paired speedup over that best (and its interval)."""
+    from kopt_core.run.charts import SpeedupPoint
+
+    points = []
+    into = base  # the best going into iteration 1 is the baseline
+    for entry in state.history:
+        carried = base / into if base and into else None
+        speedup = carried * entry.speedup if carried and entry.speedup else None
+        ci = (
+            (carried * entry.speedup_ci[0], carried * entry.speedup_ci[1])
+            if carried and entry.speedup_ci is not None
+            else (None, None)
+        )
+        points.append(
+            SpeedupPoint(
+                iteration=entry.iteration,
+                speedup=speedup,
+                ci_low=ci[0],
+                ci_high=ci[1],
+                promoted=bool(entry.promoted),
+                label=entry.champion or "",
+            )
+        )
+        into = entry.best_ms
+    return points
+
+
+def _roofline_points(state) -> list:
+    """The baseline's profile and each iteration's champion profile, where a workload model placed them."""
+    from kopt_core.jsonio import read_json
+    from kopt_core.records import from_data
+    from kopt_core.roofline.plot import PointKind, RooflinePoint
+    from kopt_core.roofline.records import Roofline
+    from kopt_core.run.layout import iteration_dir
+
+    sources: list[tuple[str, Path, PointKind]] = [
+        ("baseline", baseline_dir(state.run_dir) / "roofline.json", "baseline")
+    ]
+    sources += [
+        (
+            f"iterv{h.iteration}",
+            iteration_dir(state.run_dir, h.iteration) / "kernel_roofline.json",
+            "champion",
+        )
+        for h in state.history
+    ]
+    points = []
+    for label, path, kind in sources:
+        try:
+            roofline = from_data(read_json(path), Roofline)
+        except (OSError, ValueError, TypeError):
+            continue
+        points.append(RooflinePoint.from_roofline(roofline, label, kind))
+    return points
+
+
+def _charts(store, state, base: float | None) -> list[str]:
+    """The two pictures of the run, written beside summary.md, and the lines that show them."""
+    from kopt_core.run.seed import ceilings_of
+
+    lines: list[str] = []
+    run_dir = Path(state.run_dir)
+    points = _roofline_points(state)
+    if any(p.flops_per_s is not None or p.bytes_per_s is not None for p in points):
+        try:
+            from kopt_core.roofline.plot import roofline_chart
+
+            roofline_chart(ceilings_of(state), points, run_dir / ROOFLINE_CHART, title=_title(state))
+            lines += [f"![roofline: baseline and champions]({ROOFLINE_CHART})", ""]
+        except ValueError as exc:  # ceilings without a bandwidth: no roofline can be drawn
+            lines += [f"No roofline chart: {exc}", ""]
+    if state.history:
+        from kopt_core.run.charts import speedup_chart
+
+        speedup_chart(_speedup_points(state, base), run_dir / SPEEDUP_CHART, title=_title(state))
+        lines += [f"![speedup per iteration]({SPEEDUP_CHART})", ""]
+    return lines
+
+
+def _title(state) -> str:
+    dims = ", ".join(f"{k}={v}" for k, v in state.dims.items())
+    return f"{Path(state.baseline_file).name} ({dims})"
+
+
+def _iterations(state) -> list[str]:
+    """Per iteration: methods, champion, promotion with its interval, attributions, SASS verdicts and
+    links to the evidence."""
+    from kopt_core.records.loop import read_attribution, read_explore, read_sass_check
+    from kopt_core.records.paired import read_paired_comparison
+
+    lines: list[str] = []
+    for entry in state.history:
+        lines += [f"## Iteration {entry.iteration}", ""]
+        lines.append(f"- methods: {', '.join(f'`{m}`' for m in entry.methods) or 'none'}")
+        lines.append(f"- champion: {entry.champion or '-'} ({fmt_ms(entry.champion_ms)})")
+        if entry.speedup is not None:
+            ci = entry.speedup_ci
+            interval = f", 95% interval [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+            lines.append(
+                f"- paired with the best: {entry.promotion} ({entry.speedup:.3f}x{interval}); promoted: "
+                + ("yes" if entry.promoted else "no")
+            )
+        elif entry.promotion:
+            lines.append(f"- paired with the best: {entry.promotion}; promoted: no")
+        evidence = {k: Path(state.run_dir) / v for k, v in entry.evidence.items()}
+        explore = _read(read_explore, evidence.get("explore"))
+        if explore is not None:
+            lines += [
+                "",
+                "| branch | compile | contract | correct | race-safe | timed | median | robust CV | failure"
+                " |",
+            ]
+            lines.append("|---|---|---|---|---|---|---|---|---|")
+            for b in explore.branches:
+                lines.append(
+                    "| "
+                    + " | ".join(
+                        _cell(c)
+                        for c in (
+                            b.id + (" (champion)" if b.id == explore.champion else ""),
+                            _mark(b.compile_pass),
+                            _mark(b.contract_pass),
+                            _mark(b.correctness_pass),
+                            _mark(b.race_safe),
+                            _mark(b.timing_valid),
+                            fmt_ms(b.median_ms),
+                            "-" if b.robust_cv is None else f"{b.robust_cv:.2%}",
+                            f"{b.error_stage}: {(b.error or '').strip().splitlines()[0]}" if b.error else "",
+                        )
+                    )
+                    + " |"
+                )
+        attribution = _read(read_attribution, evidence.get("attribution"))
+        sass = _read(read_sass_check, evidence.get("sass_check"))
+        classes = {
+            **{m: "effective" for m in entry.methods_effective},
+            **{m: "ineffective" for m in entry.methods_ineffective},
+            **{m: "implementation failed" for m in entry.methods_implementation_failed},
+            **{m: "unverified" for m in entry.methods_unverified},
+        }
+        if attribution is not None or sass is not None:
+            lines += [
+                "",
+                "| method | saves (ms, 95% interval) | beyond noise | SASS | verdict |",
+                "|---|---|---|---|---|",
+            ]
+            for method in entry.methods:
+                a = attribution.get(method) if attribution is not None else None
+                v = sass.get(method) if sass is not None else None
+                saves = (
+                    f"{a.attribution_ms:+.5f} [{a.ci_low_ms:+.5f}, {a.ci_high_ms:+.5f}]"
+                    if a is not None and a.attribution_ms is not None and a.ci_low_ms is not None
+                    else (f"inconclusive: {a.reason}" if a is not None else "-")
+                )
+                sass_text = "-" if v is None else v.status + (" (strong)" if v.strong else "")
+                lines.append(
+                    "| "
+                    + " | ".join(
+                        _cell(c)
+                        for c in (
+                            method,
+                            saves,
+                            _mark(a.beyond_noise if a is not None else None),
+                            sass_text,
+                            classes.get(method, "-"),
+                        )
+                    )
+                    + " |"
+                )
+        promotion = _read(read_paired_comparison, evidence.get("paired"))
+        if promotion is not None and promotion.reasons:
+            lines += ["", f"Promotion: {promotion.reasons[0]}"]
+        if entry.evidence:
+            links = ", ".join(f"[{k}]({v})" for k, v in sorted(entry.evidence.items()))
+            lines += ["", f"Evidence: {links}"]
+        lines.append("")
+    return lines
+
+
+def _read(reader, path):
+    if path is None:
+        return None
+    try:
+        return reader(path)
+    except (OSError, ValueError):
+        return None
+
+
+def _mark(value) -> str:
+    return {True: "yes", False: "no", None: "-"}[value]

@@ -388,6 +388,8 @@ def update_in_run(store: RunStore, iteration: int) -> State:
                 f"the evidence of iteration {iteration} disagrees with itself: {exc}",
                 hint=f"run the iteration's steps again into {folder}",
             ) from None
+        if iteration >= state.iterations_total:  # the iteration count is a maximum: the run is done
+            state = attrs.evolve(state, run_status="completed")
         store.save(state)
         render_summary(store)
         return state

@@ -129,8 +129,7 @@ def prepare(
     if not probe.available:
         raise HardwareError(f"the {info.name} backend cannot run here: {probe.reason}")
     gpus, no_gpu = detect_gpus() if info.needs_gpu else ([], "")
-    if arch is None:
-        arch = arch_for_capability(gpus[0].capability) if gpus else DEFAULT_ARCH
+    arch = arch or target_arch(info, gpus)
     with tempfile.TemporaryDirectory(
         prefix="kopt-build-"
     ) as scratch:  # backends keep artifacts in their caches
@@ -148,6 +147,14 @@ def prepare(
         artifact=artifact,
         dims=dict(dims),
     )
+
+
+def target_arch(info: BackendInfo, gpus: list | None = None) -> str:
+    """The architecture to build for: the first GPU's, else kopt's default (a build without a GPU checks
+    the contract for the H200)."""
+    if gpus is None:
+        gpus = detect_gpus()[0] if info.needs_gpu else []
+    return arch_for_capability(gpus[0].capability) if gpus else DEFAULT_ARCH
 
 
 def preflight_kernel(pm, kernel, reference, dims: dict, *, backend=None, arch=None, on_warning=None) -> str:

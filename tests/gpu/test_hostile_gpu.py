@@ -33,8 +33,10 @@ def kopt_command(*args: object) -> list[str]:
     return [sys.executable, "-m", "kopt_core.cli", *map(str, args)]
 
 
-def kopt(*args: object, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(kopt_command(*args), capture_output=True, text=True, timeout=timeout, check=False)
+def kopt(*args: object, timeout: float = 600, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        kopt_command(*args), capture_output=True, text=True, timeout=timeout, check=False, cwd=cwd
+    )
 
 
 def bench(kernel: Path) -> tuple[int, dict, str]:
@@ -120,3 +122,18 @@ def test_kill_9_in_seed_and_in_iter_open_then_the_same_command_completes(tmp_pat
     assert opened.returncode == 0, opened.stderr
     assert (run / "iterv1" / "ncu_top.json").is_file() and not list(run.glob(".staging*"))
     assert json.loads(state.read_text())["run_status"] == "running"
+
+
+def test_ncu_profiles_into_a_hostile_out_folder_and_runs_no_command_from_it(tmp_path):
+    """ncu, the profiled process and the CSV exports get the --out path as arguments, never through a
+    shell: a folder named with a command substitution and quotes is used as it is."""
+    out = tmp_path / "o$(touch pwned) 'q\"" / "prof"
+    done = kopt(
+        "profile", VECTOR_SCALE / "kernel.cu", "--ref", VECTOR_SCALE / "ref.py", "--N=1048576",
+        "--out", out, "--json", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not list(tmp_path.rglob("pwned")) and not (Path.cwd() / "pwned").exists()
+    result = json.loads(done.stdout)["result"]
+    assert Path(result["report"]).is_file() and Path(result["report"]).parent == out
+    assert json.loads((out / "ncu_top.json").read_text())  # the CSV pages were exported and parsed

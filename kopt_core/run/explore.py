@@ -1,0 +1,343 @@
+"""``kopt explore --state S --iter I``: turn the branches a generator wrote into a champion, and promote it
+only on a paired win (spec steps 3e-3f and the promotion rule of 3j).
+
+Scheduling lives here; how one candidate is run lives behind the executor seam
+(``kopt_core.bench.executor``): what to check, what to build (a bounded CPU pool), and in which order to
+run (serially, b1..bK, through one long-lived worker). Per branch, explore persists compile_pass,
+contract_pass, correctness_pass, race_safe, timing_valid, the requested and realised shapes and a robust
+CV in ``iterv{i}/explore.json``; each branch's bench.json stays beside its kernel.
+
+Crash safety: explore.json and paired.json are each written once, atomically, when their step is
+complete; a killed explore leaves neither, and the next ``kopt explore`` starts that step again. Nothing
+half-done is read as evidence: a branch's bench.json without explore.json is only a leftover.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from kopt_core.backends import BackendRegistry
+from kopt_core.bench.executor import PairedPlan, WorkerExecutor
+from kopt_core.bench.paired import decide
+from kopt_core.errors import ConfigError, HardwareError, KoptError, ValidationError
+from kopt_core.jsonio import write_json
+from kopt_core.records import BenchOptions, BenchRequest, BenchResult, Candidate, to_data
+from kopt_core.records.loop import EXPLORE_FILE, PROMOTION_FILE, BranchOutcome, ExploreRecord, read_explore
+from kopt_core.records.paired import PairedComparison
+from kopt_core.records.state import State
+from kopt_core.reference import load_reference
+from kopt_core.run.candidates import load_candidates
+from kopt_core.run.layout import iteration_dir
+from kopt_core.run.seed import prepare_in_run, stop_on_failure
+from kopt_core.run.store import RunStore
+from kopt_core.run.summary import render_summary
+from kopt_core.steps.bench import check_candidate, target_arch
+from kopt_core.steps.build_pool import BuildJob, build_all, plan_compile_jobs
+
+# Explore checks every branch as bench does, but times it for a shorter budget and never re-times the
+# reference (the seed did): the paired comparison, not this median, decides promotion.
+EXPLORE_OPTIONS = BenchOptions(budget_s=1.0, warmup_ms=100.0, time_reference=False)
+
+ExecutorFactory = Callable[[], AbstractContextManager[Any]]
+
+
+def iteration_methods(folder: Path) -> tuple[str, ...]:
+    """The method ids ``kopt select`` chose for the iteration (methods.json)."""
+    from kopt_core.knowledge.select import Selection
+    from kopt_core.records import read_document
+
+    path = folder / "methods.json"
+    if not path.is_file():
+        raise ConfigError(f"{path} does not exist: select the methods first (kopt select --iter ...)")
+    try:
+        selection = read_document(path, Selection, "methods")
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path} cannot be read: {exc}") from None
+    return tuple(p.id for p in selection.selected)
+
+
+def open_folder(store: RunStore, state: State, iteration: int, step: str) -> Path:
+    """The published iteration folder of a run that is running, or a ConfigError saying what comes first."""
+    if state.run_status == "stopped":
+        raise store.stopped_error(state)
+    folder = iteration_dir(state.run_dir, iteration)
+    if not folder.is_dir():
+        raise ConfigError(
+            f"{folder} does not exist: open the iteration first (kopt iter open --iter {iteration})"
+        )
+    if iteration <= state.closed_iterations:
+        raise ConfigError(f"iteration {iteration} is already updated; {step} belongs to an open iteration")
+    return folder
+
+
+def robust_cv(samples: Sequence[float]) -> float | None:
+    """1.4826 * MAD / median: the spread of the samples, insensitive to a few outliers."""
+    if len(samples) < 3:
+        return None
+    middle = statistics.median(samples)
+    if not middle > 0:
+        return None
+    return 1.4826 * statistics.median(abs(s - middle) for s in samples) / middle
+
+
+def _shapes(result: BenchResult, which: str) -> dict[str, list[int]]:
+    return {b.name: list(getattr(b, which)) for b in result.buffers}
+
+
+def explore_iteration(
+    pm,
+    store: RunStore,
+    iteration: int,
+    *,
+    executor: ExecutorFactory = WorkerExecutor,
+    options: BenchOptions = EXPLORE_OPTIONS,
+    plan: PairedPlan | None = None,
+) -> ExploreRecord:
+    """Explore iteration ``iteration``'s branches, then pair its champion against the current best.
+    Every branch failing stops the run (exit 2). Running it again after it finished changes nothing."""
+    with store.locked("explore"):
+        state = store.load()
+        folder = open_folder(store, state, iteration, "explore")
+        record_path = folder / EXPLORE_FILE
+        if record_path.is_file():
+            record = read_explore(record_path)
+        else:
+            try:
+                record = _explore(pm, state, folder, iteration, executor, options)
+            except KoptError as error:
+                stop_on_failure(store, "explore", error, iteration=iteration)
+            if record.champion is None:
+                write_json(record_path, to_data(record))
+                failures = "; ".join(
+                    f"{b.id}: {b.error_stage}: {_first_line(b.error)}" for b in record.branches
+                )
+                stop_on_failure(
+                    store,
+                    "explore",
+                    ValidationError(f"every branch of iteration {iteration} failed: {failures}"),
+                    iteration=iteration,
+                )
+            _install_champion(folder, record, state)
+            write_json(record_path, to_data(record))
+            frontier = tuple(
+                {
+                    "iteration": iteration,
+                    "branch": b.id,
+                    "file": str(folder / b.file),
+                    "median_ms": b.median_ms,
+                }
+                for b in record.branches
+                if b.id in record.frontier
+            )
+            state = store.update(frontier=(*state.frontier, *frontier))
+        if not (folder / PROMOTION_FILE).is_file():
+            try:
+                comparison = promote(pm, state, folder, executor, plan or PairedPlan())
+            except KoptError as error:
+                stop_on_failure(store, "promote", error, iteration=iteration)
+            write_json(folder / PROMOTION_FILE, to_data(comparison))
+        render_summary(store)
+        return record
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").strip().splitlines()[0] if (text or "").strip() else "-"
+
+
+def _explore(
+    pm, state: State, folder: Path, iteration: int, executor, options: BenchOptions
+) -> ExploreRecord:
+    registry = BackendRegistry.from_plugins(pm)
+    info = registry.get(state.backend)
+    methods = iteration_methods(folder)
+    candidates = load_candidates(
+        folder,
+        iteration=iteration,
+        methods=methods,
+        backend_suffixes=tuple(info.suffixes),
+        branches_expected=state.branches,
+    )
+    ref = load_reference(state.ref_file)
+    dims = dict(state.dims)
+
+    # 1. the static contract of each branch: no build for a branch that breaks it
+    outcomes: dict[str, dict] = {}
+    jobs: list[BuildJob] = []
+    for spec in candidates.branches:
+        candidate = Candidate(path=str(folder / spec.file), backend=state.backend, name=spec.id)
+        outcomes[spec.id] = _blank(spec.id, spec.file, dims)
+        try:
+            check_candidate(pm, candidate, dims, ref)
+        except ConfigError as exc:
+            outcomes[spec.id].update(error=str(exc), error_stage="contract")
+            continue
+        outcomes[spec.id]["contract_pass"] = True
+        jobs.append(BuildJob(key=spec.id, candidate=candidate))
+
+    # 2. builds in the bounded pool, all before any timing
+    compile_plan = plan_compile_jobs(state.compile_jobs, [info])
+    arch = target_arch(info)
+    from kopt_core.records import Toolchain
+
+    with tempfile.TemporaryDirectory(prefix="kopt-explore-") as scratch:
+        builds = build_all(
+            pm, jobs, toolchain=Toolchain(arch=arch), plan=compile_plan, build_root=Path(scratch)
+        )
+    artifacts = {}
+    for build in builds:
+        outcome = outcomes[build.key]
+        outcome.update(
+            compile_pass=build.compile_pass, build_seconds=build.seconds, cache_hit=build.cache_hit
+        )
+        if build.compile_pass and build.artifact is not None:
+            artifacts[build.key] = build.artifact
+        else:
+            outcome.update(error=build.error, error_stage="compile")
+
+    # 3. serially, b1..bK, through one worker
+    if artifacts:
+        _require_device(info)
+        with executor() as runner:
+            for spec in candidates.branches:
+                if spec.id not in artifacts:
+                    continue
+                request = BenchRequest(
+                    artifact=artifacts[spec.id], reference=str(state.ref_file), dims=dims, options=options
+                )
+                result = runner.bench(request)
+                bench_path = folder / Path(spec.file).parent / "bench.json"
+                write_json(bench_path, to_data(result))
+                outcomes[spec.id].update(_bench_fields(result, folder, bench_path))
+    for spec in candidates.branches:
+        if outcomes[spec.id].get("correctness_pass") and outcomes[spec.id].get("timing_valid"):
+            outcomes[spec.id].update(_race_fields(artifacts[spec.id], state, methods, options))
+
+    branches = tuple(BranchOutcome(**outcomes[spec.id]) for spec in candidates.branches)
+    passing = [b for b in branches if b.passed and b.median_ms is not None]
+    champion = min(passing, key=lambda b: (b.median_ms, _index(b.id))) if passing else None
+    return ExploreRecord(
+        iteration=iteration,
+        branches=branches,
+        champion=champion.id if champion else None,
+        champion_ms=champion.median_ms if champion else None,
+        frontier=tuple(b.id for b in passing if champion is not None and b.id != champion.id),
+        compile_jobs=compile_plan.workers,
+        compile_jobs_reason=compile_plan.reason,
+    )
+
+
+def _index(branch_id: str) -> int:
+    return int(branch_id[1:]) if branch_id[1:].isdigit() else 1 << 30
+
+
+def _blank(branch_id: str, file: str, dims: dict) -> dict:
+    return {
+        "id": branch_id,
+        "file": file,
+        "compile_pass": False,
+        "contract_pass": False,
+        "correctness_pass": False,
+        "race_safe": None,
+        "timing_valid": False,
+        "median_ms": None,
+        "robust_cv": None,
+        "requested_dims": dict(dims),
+        "realised_dims": {},
+        "error": None,
+        "error_stage": None,
+        "bench": None,
+        "build_seconds": None,
+    }
+
+
+def _bench_fields(result: BenchResult, folder: Path, bench_path: Path) -> dict:
+    timing = result.kernel_timing
+    fields: dict[str, Any] = {
+        "correctness_pass": result.correctness_pass,
+        "timing_valid": result.timing_valid and timing is not None,
+        "median_ms": timing.median_ms if timing is not None else None,
+        "robust_cv": robust_cv(timing.samples_ms) if timing is not None else None,
+        "realised_dims": dict(result.dims),
+        "bench": str(bench_path.relative_to(folder)),
+    }
+    if result.status != "ok":
+        fields.update(error=result.error, error_stage=result.error_stage)
+    return fields
+
+
+def _race_fields(artifact, state: State, methods: Sequence[str], options: BenchOptions) -> dict:
+    """race_safe from compute-sanitizer where it applies: True when every tool ran clean, False on a
+    hazard or error (the branch fails), None with the reason when it could not be checked."""
+    from kopt_core.bench.sanitize import run_sanitizer, tools_for
+
+    request = BenchRequest(
+        artifact=artifact, reference=str(state.ref_file), dims=dict(state.dims), options=options
+    )
+    notes: list[str] = []
+    safe: bool | None = True
+    for tool in tools_for(artifact, methods):
+        report = run_sanitizer(request, tool)
+        notes.append(f"{tool}: {report.status} ({report.summary})")
+        if report.status == "clean":
+            continue
+        if report.status in ("hazards", "failed"):
+            return {
+                "race_safe": False,
+                "race_note": "; ".join(notes),
+                "error": report.summary,
+                "error_stage": tool,
+            }
+        safe = None
+    return {"race_safe": safe if notes else None, "race_note": "; ".join(notes) or "no check applies"}
+
+
+def _require_device(info) -> None:
+    if info.needs_gpu:
+        from kopt_core.hardware import detect_gpus
+
+        gpus, reason = detect_gpus()
+        if not gpus:
+            raise HardwareError(f"no GPU to time the branches on: {reason}")
+
+
+def _install_champion(folder: Path, record: ExploreRecord, state: State) -> Path:
+    """Copy the champion's kernel to ``iterv{i}/kernel.<ext>`` (a temporary file renamed into place)."""
+    branch = next(b for b in record.branches if b.id == record.champion)
+    source = folder / branch.file
+    target = folder / f"kernel{Path(state.best_file).suffix}"
+    fd, temporary = tempfile.mkstemp(prefix=".kernel-", dir=folder)
+    os.close(fd)
+    shutil.copyfile(source, temporary)
+    os.replace(temporary, target)
+    return target
+
+
+def promote(pm, state: State, folder: Path, executor, plan: PairedPlan) -> PairedComparison:
+    """The champion (B) against the current best (A), paired and interleaved in one worker on the same
+    buffers; "faster" only when the interval's lower bound clears the run's noise threshold."""
+    if state.noise_threshold is None:
+        raise ConfigError(
+            "the run has no measured noise threshold (state.json noise_threshold): seed it with this kopt",
+            hint="runs seeded by an older kopt must be seeded again",
+        )
+    champion = folder / f"kernel{Path(state.best_file).suffix}"
+    best = prepare_in_run(pm, state, "compare it with the champion")
+    challenger = prepare_in_run(pm, state, "compare it with the best", kernel=champion)
+    options = EXPLORE_OPTIONS
+    a = BenchRequest(artifact=best.artifact, reference=best.reference_path, dims=best.dims, options=options)
+    b = BenchRequest(
+        artifact=challenger.artifact,
+        reference=challenger.reference_path,
+        dims=challenger.dims,
+        options=options,
+    )
+    with executor() as runner:
+        measurement = runner.paired(a, b, plan)
+    return decide(measurement, state.noise_threshold, seed=plan.seed)

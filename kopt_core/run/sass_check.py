@@ -1,0 +1,85 @@
+"""``kopt sass --state S --iter I``: is each of the iteration's methods really in the champion's SASS,
+judged relative to the baseline's (spec step 3i)? ``iterv{i}/sass_check.json``.
+
+Verdicts come from the champion's backend (``kopt_sass_verify``, by default cuobjdump and
+references/sass_signatures.json): pass | fail | inconclusive | not_applicable | tool_error. A missing
+tool or a backend without SASS is a tool_error, never a pass. A failure is *strong* (the update step may
+then call the method implementation_failed) only when it is method-specific: the signature written for
+this very architecture requires instructions that are absent. A failure of a generic ("default") rule or
+of a count relative to the baseline is weak: other code can move those counts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kopt_core.errors import ConfigError, KoptError
+from kopt_core.jsonio import write_json
+from kopt_core.records import to_data
+from kopt_core.records.loop import (
+    EXPLORE_FILE,
+    SASS_CHECK_FILE,
+    MethodSassCheck,
+    SassCheckRecord,
+    read_sass_check,
+)
+from kopt_core.run.explore import iteration_methods, open_folder
+from kopt_core.run.seed import prepare_in_run, stop_on_failure
+from kopt_core.run.store import RunStore
+from kopt_core.sass import SassToolError
+from kopt_core.sass.verify import SassVerdict, load_signatures
+from kopt_core.steps.sass import verify_artifact_sass
+
+
+def is_strong(verdict: SassVerdict, arch: str) -> bool:
+    """A failure of a rule written for ``arch`` itself that asks for instructions to be present."""
+    if verdict.status != "fail":
+        return False
+    signature = load_signatures().get(verdict.method)
+    rule = signature.rule_for(arch) if signature is not None else None
+    return rule is not None and rule.relative == "present" and rule.arch != "default"
+
+
+def check_iteration_sass(pm, store: RunStore, iteration: int) -> SassCheckRecord:
+    """Check the champion of iteration ``iteration`` for each selected method; sass_check.json."""
+    with store.locked("sass"):
+        state = store.load()
+        folder = open_folder(store, state, iteration, "sass")
+        path = folder / SASS_CHECK_FILE
+        if path.is_file():
+            return read_sass_check(path)
+        if not (folder / EXPLORE_FILE).is_file():
+            raise ConfigError(f"{folder} has no {EXPLORE_FILE}: explore the branches first (kopt explore)")
+        champion_file = folder / f"kernel{Path(state.best_file).suffix}"
+        methods = iteration_methods(folder)
+        try:
+            champion = prepare_in_run(pm, state, "check its SASS", kernel=champion_file, require_gpu=False)
+            baseline = prepare_in_run(
+                pm, state, "check its SASS", kernel=state.baseline_file, require_gpu=False
+            )
+        except KoptError as error:
+            stop_on_failure(store, "sass", error, iteration=iteration)
+        arch = champion.artifact.arch
+        try:
+            verdicts = verify_artifact_sass(
+                pm, champion.artifact, list(methods), arch=arch, baseline=baseline.artifact
+            )
+        except SassToolError as exc:  # no disassembler for this backend: every method is unverified
+            verdicts = [SassVerdict(method=m, status="tool_error", reason=str(exc)) for m in methods]
+        record = SassCheckRecord(
+            iteration=iteration,
+            artifact=champion.artifact.path,
+            baseline_artifact=baseline.artifact.path,
+            arch=arch,
+            methods=tuple(
+                MethodSassCheck(
+                    method=v.method,
+                    status=v.status,
+                    strong=is_strong(v, arch),
+                    detail="; ".join(x for x in (v.expected, v.reason) if x),
+                )
+                for v in verdicts
+            ),
+        )
+        write_json(path, to_data(record))
+        return record
