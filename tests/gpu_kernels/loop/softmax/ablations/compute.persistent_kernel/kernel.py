@@ -1,0 +1,63 @@
+"""Softmax ablation of compute.persistent_kernel: branch b1 with one program per row.
+For examples/triton/softmax (same setup, same ref.py): row-wise softmax of an (M, N)
+float32 matrix, each row held whole in registers (BLOCK = next power of two >= N, the columns past N
+loaded as -inf) with the row maximum subtracted before exp.
+
+What the branches change in the example (one program per row): a persistent grid. PROGRAMS_PER_SM
+programs per SM, each looping over rows pid, pid + grid, ... (compute.persistent_kernel), with the loop
+software-pipelined over NUM_STAGES stages (tl.range's num_stages), so that the next row's load can be in
+flight while this row is reduced (latency.double_buffering). The branches differ in hyperparameters
+only.
+
+This ablation: b1's kernel (NUM_WARPS = 16, 2 stages) launched on a grid of M programs, one per row, so
+each program's loop runs once: the persistent grid rolled back, nothing else changed.
+"""
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+
+NUM_WARPS = 16
+NUM_STAGES = 2
+
+
+@triton.jit
+def softmax_persistent_kernel(
+    y_ptr, x_ptr, x_row_stride, y_row_stride, n_rows, n_cols, BLOCK: tl.constexpr, NUM_STAGES: tl.constexpr
+):
+    first = tl.program_id(axis=0)
+    step = tl.num_programs(axis=0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    for row in tl.range(first, n_rows, step, num_stages=NUM_STAGES):
+        # 64-bit row offset: M * N may exceed 2**31 elements for large inputs.
+        offset = tl.cast(row, tl.int64)
+        x = tl.load(x_ptr + offset * x_row_stride + cols, mask=mask, other=-float("inf"))
+        shifted = x - tl.max(x, axis=0)
+        numerator = tl.exp(shifted)
+        denominator = tl.sum(numerator, axis=0)
+        tl.store(y_ptr + offset * y_row_stride + cols, numerator / denominator, mask=mask)
+
+
+def setup(M, N, seed=None):
+    """Fresh logits per seed, as examples/triton/softmax draws them: each row gets its own offset in
+    [-100, 100] on top of a N(0, 4^2) spread, so a kernel that forgets the row maximum overflows."""
+    gen = torch.Generator(device=DEVICE).manual_seed(0 if seed is None else seed)
+    offsets = (torch.rand(M, 1, generator=gen, device=DEVICE) * 200.0) - 100.0
+    x = torch.randn(M, N, generator=gen, device=DEVICE, dtype=torch.float32) * 4.0 + offsets
+    y = torch.empty(M, N, device=DEVICE, dtype=torch.float32)
+    return {"inputs": {"x": x, "y": y, "M": M, "N": N}, "outputs": ["y"]}
+
+
+def run_kernel(x, y, M, N):
+    if M <= 0 or N <= 0:
+        return
+    block = triton.next_power_of_2(N)
+    programs = M  # one program per row: not persistent
+    softmax_persistent_kernel[(programs,)](
+        y, x, x.stride(0), y.stride(0), M, N, BLOCK=block, NUM_STAGES=NUM_STAGES, num_warps=NUM_WARPS
+    )
