@@ -116,7 +116,13 @@ def speedup_geometry(points: Sequence[SpeedupPoint]) -> SpeedupGeometry:
     )
 
 
-def speedup_chart(points: Sequence[SpeedupPoint], path, *, title: str = "") -> Path:
+def speedup_chart(
+    points: Sequence[SpeedupPoint],
+    path,
+    *,
+    title: str = "",
+    interval_note: str = "from both medians' intervals",
+) -> Path:
     """Write the cumulative speedup per iteration as a 1600 x 1000 px PNG to ``path``; return it.
 
     One bar per iteration: the baseline (grey, 1.0x), promoted iterations (solid blue), iterations whose
@@ -133,7 +139,7 @@ def speedup_chart(points: Sequence[SpeedupPoint], path, *, title: str = "") -> P
     fig = chart_figure()
     notes = [
         "speedup: baseline median time / the iteration champion's (cumulative over the baseline); "
-        "error bars: 95% interval from both medians' intervals"
+        f"error bars: 95% interval {interval_note}"
     ]
     if g.missing:
         notes.append("no result: " + ", ".join(g.names[g.iterations.index(i)] for i in g.missing))

@@ -195,7 +195,12 @@ def _charts(store, state, base: float | None) -> list[str]:
     if state.history:
         from kopt_core.run.charts import speedup_chart
 
-        speedup_chart(_speedup_points(state, base), run_dir / SPEEDUP_CHART, title=_title(state))
+        speedup_chart(
+            _speedup_points(state, base),
+            run_dir / SPEEDUP_CHART,
+            title=_title(state),
+            interval_note="of the champion's paired speedup over the best it was compared with",
+        )
         lines += [f"![speedup per iteration]({SPEEDUP_CHART})", ""]
     return lines
 
