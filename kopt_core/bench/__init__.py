@@ -1,7 +1,8 @@
-"""The measurement harness (docs/measurement.md): buffers, correctness, timing, one worker per candidate.
+"""The measurement harness (docs/measurement.md): buffers, correctness, timing, worker processes.
 
-``run_worker(request)`` is what backends' ``kopt_bench`` hooks call; the worker process loads the
-artifact through the backend's launcher (``kopt_core.bench.launchers``).
+``run_worker(request)`` is what backends' ``kopt_bench`` hooks call (a one-shot worker); the loop's steps
+run many candidates, and paired comparisons, through one long-lived worker (``bench.executor``). The
+worker loads the artifact through the backend's launcher (``kopt_core.bench.launchers``).
 """
 
 from kopt_core.bench.runner import run_worker
