@@ -196,8 +196,8 @@ class AttributionRecord:
 @frozen
 class MethodSassCheck:
     """A SASS verdict of kopt_core.sass.verify for one method on the champion, plus whether a failure is
-    *strong*: method-specific (a rule written for this architecture that requires instructions to be
-    present), which alone may call the method implementation_failed. A weak failure (a generic rule, a
+    *strong*: method-specific (the method's rule for this architecture requires its instructions to be
+    present, and none are), which alone may call the method implementation_failed. A weak failure (a
     count relative to the baseline) means the compiler may have taken another path."""
 
     method: str

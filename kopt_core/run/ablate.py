@@ -15,7 +15,6 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from kopt_core.backends import BackendRegistry
 from kopt_core.bench.executor import PairedPlan, WorkerExecutor
 from kopt_core.bench.paired import attribution
 from kopt_core.errors import ConfigError, KoptError
@@ -30,8 +29,7 @@ from kopt_core.records.loop import (
 )
 from kopt_core.records.paired import AblationEffect
 from kopt_core.reference import load_reference
-from kopt_core.run.candidates import load_candidates
-from kopt_core.run.explore import EXPLORE_OPTIONS, ExecutorFactory, iteration_methods, open_folder
+from kopt_core.run.explore import EXPLORE_OPTIONS, ExecutorFactory, iteration_candidates, open_folder
 from kopt_core.run.seed import prepare_in_run, stop_on_failure
 from kopt_core.run.store import RunStore
 from kopt_core.steps.bench import check_candidate, target_arch
@@ -66,15 +64,7 @@ def ablate_iteration(
 
 
 def _ablate(pm, state, folder: Path, iteration: int, executor, plan: PairedPlan) -> AttributionRecord:
-    info = BackendRegistry.from_plugins(pm).get(state.backend)
-    methods = iteration_methods(folder)
-    candidates = load_candidates(
-        folder,
-        iteration=iteration,
-        methods=methods,
-        backend_suffixes=tuple(info.suffixes),
-        branches_expected=state.branches,
-    )
+    info, methods, candidates = iteration_candidates(pm, state, folder, iteration)
     specs = {spec.method: spec for spec in candidates.ablations}
     ref = load_reference(state.ref_file)
     dims = dict(state.dims)

@@ -66,6 +66,20 @@ def iteration_methods(folder: Path) -> tuple[str, ...]:
     return tuple(p.id for p in selection.selected)
 
 
+def iteration_candidates(pm, state: State, folder: Path, iteration: int):
+    """The run's backend, the iteration's methods (methods.json) and its validated candidates.json."""
+    info = BackendRegistry.from_plugins(pm).get(state.backend)
+    methods = iteration_methods(folder)
+    candidates = load_candidates(
+        folder,
+        iteration=iteration,
+        methods=methods,
+        backend_suffixes=tuple(info.suffixes),
+        branches_expected=state.branches,
+    )
+    return info, methods, candidates
+
+
 def open_folder(store: RunStore, state: State, iteration: int, step: str) -> Path:
     """The published iteration folder of a run that is running, or a ConfigError saying what comes first."""
     if state.run_status == "stopped":
@@ -157,16 +171,7 @@ def _first_line(text: str | None) -> str:
 def _explore(
     pm, state: State, folder: Path, iteration: int, executor, options: BenchOptions
 ) -> ExploreRecord:
-    registry = BackendRegistry.from_plugins(pm)
-    info = registry.get(state.backend)
-    methods = iteration_methods(folder)
-    candidates = load_candidates(
-        folder,
-        iteration=iteration,
-        methods=methods,
-        backend_suffixes=tuple(info.suffixes),
-        branches_expected=state.branches,
-    )
+    info, methods, candidates = iteration_candidates(pm, state, folder, iteration)
     ref = load_reference(state.ref_file)
     dims = dict(state.dims)
 

@@ -4,9 +4,10 @@ judged relative to the baseline's (spec step 3i)? ``iterv{i}/sass_check.json``.
 Verdicts come from the champion's backend (``kopt_sass_verify``, by default cuobjdump and
 references/sass_signatures.json): pass | fail | inconclusive | not_applicable | tool_error. A missing
 tool or a backend without SASS is a tool_error, never a pass. A failure is *strong* (the update step may
-then call the method implementation_failed) only when it is method-specific: the signature written for
-this very architecture requires instructions that are absent. A failure of a generic ("default") rule or
-of a count relative to the baseline is weak: other code can move those counts.
+then call the method implementation_failed) only when it is method-specific: the method's signature for
+this architecture requires instructions that are absent altogether (no HGMMA in a kernel claiming wgmma,
+no LDS/STS in one claiming shared-memory tiling). A failed count relative to the baseline (more FFMA,
+fewer branches) is weak: other code the compiler chose can move those counts.
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ from kopt_core.steps.sass import verify_artifact_sass
 
 
 def is_strong(verdict: SassVerdict, arch: str) -> bool:
-    """A failure of a rule written for ``arch`` itself that asks for instructions to be present."""
+    """A failure of the rule for ``arch`` that asks for the method's instructions to be present."""
     if verdict.status != "fail":
         return False
     signature = load_signatures().get(verdict.method)
     rule = signature.rule_for(arch) if signature is not None else None
-    return rule is not None and rule.relative == "present" and rule.arch != "default"
+    return rule is not None and rule.relative == "present"
 
 
 def check_iteration_sass(pm, store: RunStore, iteration: int) -> SassCheckRecord:
