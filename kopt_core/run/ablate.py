@@ -15,6 +15,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from kopt_core import progress
 from kopt_core.bench.executor import PairedPlan, WorkerExecutor
 from kopt_core.bench.paired import attribution
 from kopt_core.errors import ConfigError, KoptError
@@ -115,7 +116,8 @@ def _ablate(pm, state, folder: Path, iteration: int, executor, plan: PairedPlan)
                     dims=dims,
                     options=EXPLORE_OPTIONS,
                 )
-                measurement = runner.paired(a, b, plan)
+                with progress.step(f"pairing the champion with its ablation without {method}"):
+                    measurement = runner.paired(a, b, plan)
                 write_json(folder / Path(specs[method].file).parent / "paired.json", to_data(measurement))
                 if measurement.status != "ok":
                     side = "the champion" if measurement.failed_side == "a" else "the ablation"

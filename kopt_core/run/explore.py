@@ -23,6 +23,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from kopt_core import progress
 from kopt_core.backends import BackendRegistry
 from kopt_core.bench.executor import PairedPlan, WorkerExecutor
 from kopt_core.bench.paired import decide
@@ -219,7 +220,8 @@ def _explore(
                 request = BenchRequest(
                     artifact=artifacts[spec.id], reference=str(state.ref_file), dims=dims, options=options
                 )
-                result = runner.bench(request)
+                with progress.step(f"checking and timing {spec.id} ({len(artifacts)} built)"):
+                    result = runner.bench(request)
                 bench_path = folder / Path(spec.file).parent / "bench.json"
                 write_json(bench_path, to_data(result))
                 outcomes[spec.id].update(_bench_fields(result, folder, bench_path))
@@ -306,7 +308,8 @@ def _race_fields(artifact, state: State, methods: Sequence[str], options: BenchO
     notes: list[str] = []
     safe: bool | None = True
     for tool in tools_for(artifact, methods):
-        report = run_sanitizer(request, tool, timeout_s=SANITIZER_TIMEOUT_S)
+        with progress.step(f"compute-sanitizer {tool} on {Path(artifact.source).parent.name}"):
+            report = run_sanitizer(request, tool, timeout_s=SANITIZER_TIMEOUT_S)
         notes.append(f"{tool}: {report.status} ({report.summary})")
         if report.status == "clean":
             continue
@@ -361,6 +364,6 @@ def promote(pm, state: State, folder: Path, executor, plan: PairedPlan) -> Paire
         dims=challenger.dims,
         options=options,
     )
-    with executor() as runner:
+    with executor() as runner, progress.step(f"pairing the champion with the best ({plan.blocks} blocks)"):
         measurement = runner.paired(a, b, plan)
     return decide(measurement, state.noise_threshold, seed=plan.seed)
