@@ -15,7 +15,7 @@ CPU; the targets are the H200's and do not apply there):
    3.13 ms at 2048^3, so about 1 ms here; the table shows the measured median) differ only in a trailing
    comment, so they are K distinct artifacts. They are built with explore's compile pool (``build_all``)
    once to fill the build cache (not counted), then again, timed, every build a cache hit. Then they are
-   checked and timed with explore's options (``EXPLORE_OPTIONS``) two ways, each --repeats times:
+   checked and timed with explore's options (``LOOP_OPTIONS``) two ways, each --repeats times:
    (a) as explore does, through ONE WorkerExecutor: the wall time from opening it to the last result,
    worker start included; (b) one-shot, ``run_worker`` per candidate: a fresh worker process (Python,
    torch, a CUDA context) for each. The target applies to correctness + timing through the executor,
@@ -66,8 +66,8 @@ from kopt_core.jsonio import write_json
 from kopt_core.plugins import PluginManager, get_plugin_manager
 from kopt_core.records import BenchRequest, BenchResult, Candidate, Toolchain, to_data
 from kopt_core.records.loop import ATTRIBUTION_FILE, CANDIDATES_FILE, EXPLORE_FILE
-from kopt_core.run.explore import EXPLORE_OPTIONS
 from kopt_core.run.layout import iteration_dir
+from kopt_core.run.seed import LOOP_OPTIONS
 from kopt_core.steps.bench import target_arch
 from kopt_core.steps.build_pool import BuildJob, BuildOutcome, build_all, plan_compile_jobs
 
@@ -135,7 +135,7 @@ def requests_for(backend: str, outcomes: list[BuildOutcome], dims: dict[str, int
     if failed:
         raise RuntimeError("a copy did not build: " + "; ".join(failed))
     return [
-        BenchRequest(artifact=o.artifact, reference=str(reference), dims=dims, options=EXPLORE_OPTIONS)
+        BenchRequest(artifact=o.artifact, reference=str(reference), dims=dims, options=LOOP_OPTIONS)
         for o in outcomes
         if o.artifact is not None
     ]
@@ -596,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
     applies = args.backend == "cuda"
     pm = plugin_manager(args.backend)
     args.out.mkdir(parents=True, exist_ok=True)
-    raw: dict[str, Any] = {"backend": args.backend, "options": to_data(EXPLORE_OPTIONS)}
+    raw: dict[str, Any] = {"backend": args.backend, "options": to_data(LOOP_OPTIONS)}
     sections, failures, missed = [], [], []
 
     if "1" in args.parts:

@@ -54,7 +54,7 @@ from kopt_core.errors import KoptError
 from kopt_core.plugins import PluginManager, get_plugin_manager
 from kopt_core.records import BenchRequest, to_data
 from kopt_core.records.paired import PairedComparison
-from kopt_core.run.explore import EXPLORE_OPTIONS
+from kopt_core.run.seed import LOOP_OPTIONS
 from kopt_core.steps.bench import Prepared, prepare
 
 REPO = Path(__file__).resolve().parents[1]
@@ -174,12 +174,7 @@ def build(pm: PluginManager, backend: str, kernel: Path, n: int) -> BenchRequest
     print(
         f"  built {kernel.name} (N={n}) in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True
     )
-    return BenchRequest(
-        artifact=prepared.artifact,
-        reference=prepared.reference_path,
-        dims=prepared.dims,
-        options=EXPLORE_OPTIONS,
-    )
+    return prepared.request(LOOP_OPTIONS)
 
 
 def pair(
@@ -428,7 +423,7 @@ def write_raw(path: Path, args, configs: Sequence[Config]) -> None:
         "small_pairings": args.small_pairings,
         "blocks": args.blocks,
         "seed": args.seed,
-        "options": to_data(EXPLORE_OPTIONS),
+        "options": to_data(LOOP_OPTIONS),
         "configs": [],
     }
     for config in configs:

@@ -32,7 +32,8 @@ class Ran:
         return " | ".join(text.splitlines()[-lines:])[:1500]
 
 
-def _kill_group(process: subprocess.Popen) -> None:
+def kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL the whole process group ``process`` leads (it was started with start_new_session)."""
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -74,7 +75,7 @@ def run_in_group(
                 seconds=time.perf_counter() - started,
             )
         except subprocess.TimeoutExpired:
-            _kill_group(process)
+            kill_group(process)
             stdout, stderr = process.communicate()
             return Ran(
                 returncode=None,

@@ -52,7 +52,7 @@ from attrs.validators import ge
 
 from kopt_core.bench.runner import STDERR_TAIL, bench_outcome, paired_outcome
 from kopt_core.jsonio import write_json
-from kopt_core.process import Ran, _kill_group
+from kopt_core.process import Ran, kill_group
 from kopt_core.records import BenchRequest, BenchResult, to_data
 from kopt_core.records.paired import PairedMeasurement
 
@@ -153,7 +153,7 @@ class _Worker:
                 self.process.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 pass
-        _kill_group(self.process)
+        kill_group(self.process)
         self.process.wait()
         os.close(self.replies)
         self.stderr_path.unlink(missing_ok=True)

@@ -357,7 +357,7 @@ def explore_report(record, promotion_path) -> None:
             _yes(b.timing_valid),
             fmt_ms(b.median_ms),
             "-" if b.robust_cv is None else f"{b.robust_cv:.2%}",
-            escape(f"{b.error_stage}: {(b.error or '').strip().splitlines()[0]}" if b.error else ""),
+            escape(b.failure),
         )
     out.print(table)
     out.print(Text(f"champion: {record.champion} ({fmt_ms(record.champion_ms)})"))

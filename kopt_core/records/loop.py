@@ -99,12 +99,21 @@ class BranchOutcome:
     median_ms: float | None = None
     robust_cv: float | None = None  # 1.4826 * MAD / median of the timed samples
     requested_dims: dict[str, Any] = field(factory=dict)
-    realised_dims: dict[str, Any] = field(factory=dict)  # what actually ran (shapes after any retry)
+    realised_dims: dict[str, Any] = field(factory=dict)  # the dims the worker ran with
+    # buffer name -> shape: what the reference asked for, and what the harness allocated
+    requested_shapes: dict[str, list[int]] = field(factory=dict)
+    realised_shapes: dict[str, list[int]] = field(factory=dict)
     error: str | None = None
     error_stage: str | None = None  # contract | compile | correctness | timing | a sanitizer tool | ...
     bench: str | None = None  # its bench.json, relative to the iteration folder
     build_seconds: float | None = None
     cache_hit: bool = False  # the build came from the run's build cache (never a timing cache)
+
+    @property
+    def failure(self) -> str:
+        """Why the branch failed, in one line ("correctness: seed 0: ..."), or "" when it did not."""
+        lines = (self.error or "").strip().splitlines()
+        return f"{self.error_stage}: {lines[0]}" if lines else ""
 
     @property
     def passed(self) -> bool:

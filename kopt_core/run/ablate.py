@@ -12,15 +12,16 @@ answer; a killed ablate leaves none and starts again.
 from __future__ import annotations
 
 import statistics
-import tempfile
 from pathlib import Path
+
+import attrs
 
 from kopt_core import progress
 from kopt_core.bench.executor import PairedPlan, WorkerExecutor
 from kopt_core.bench.paired import attribution
 from kopt_core.errors import ConfigError, KoptError
 from kopt_core.jsonio import write_json
-from kopt_core.records import BenchRequest, Candidate, Toolchain, to_data
+from kopt_core.records import Candidate, to_data
 from kopt_core.records.loop import (
     ATTRIBUTION_FILE,
     EXPLORE_FILE,
@@ -30,11 +31,14 @@ from kopt_core.records.loop import (
 )
 from kopt_core.records.paired import AblationEffect
 from kopt_core.reference import load_reference
-from kopt_core.run.explore import EXPLORE_OPTIONS, ExecutorFactory, iteration_candidates, open_folder
-from kopt_core.run.seed import prepare_in_run, stop_on_failure
+from kopt_core.run.explore import (
+    ExecutorFactory,
+    check_and_build,
+    iteration_candidates,
+    open_folder,
+)
+from kopt_core.run.seed import LOOP_OPTIONS, prepare_in_run, stop_on_failure
 from kopt_core.run.store import RunStore
-from kopt_core.steps.bench import check_candidate, target_arch
-from kopt_core.steps.build_pool import BuildJob, build_all, plan_compile_jobs
 
 
 def ablate_iteration(
@@ -68,54 +72,43 @@ def _ablate(pm, state, folder: Path, iteration: int, executor, plan: PairedPlan)
     info, methods, candidates = iteration_candidates(pm, state, folder, iteration)
     specs = {spec.method: spec for spec in candidates.ablations}
     ref = load_reference(state.ref_file)
-    dims = dict(state.dims)
     threshold = float(state.noise_threshold)
     answers: dict[str, MethodAttribution] = {}
-    jobs = []
     for method in methods:
-        spec = specs.get(method)
-        if spec is None:
+        if method not in specs:
             answers[method] = inconclusive(method, "no ablation kernel was written for it")
-            continue
-        candidate = Candidate(path=str(folder / spec.file), backend=state.backend, name=f"without_{method}")
-        try:
-            check_candidate(pm, candidate, dims, ref)
-        except ConfigError as exc:
-            answers[method] = inconclusive(method, f"its ablation breaks the contract: {exc}")
-            continue
-        jobs.append(BuildJob(key=method.replace(".", "_"), candidate=candidate))
-    keys = {job.key: method for method in methods for job in jobs if job.key == method.replace(".", "_")}
-
-    compile_plan = plan_compile_jobs(state.compile_jobs, [info])
-    with tempfile.TemporaryDirectory(prefix="kopt-ablate-") as scratch:
-        builds = build_all(
-            pm, jobs, toolchain=Toolchain(arch=target_arch(info)), plan=compile_plan, build_root=Path(scratch)
-        )
+    broken, builds, _ = check_and_build(
+        pm,
+        state,
+        info,
+        ref,
+        {
+            method: Candidate(
+                path=str(folder / specs[method].file), backend=state.backend, name=f"without_{method}"
+            )
+            for method in methods
+            if method in specs
+        },
+    )
+    for method, problem in broken.items():
+        answers[method] = inconclusive(method, f"its ablation breaks the contract: {problem}")
     built = {}
     for build in builds:
-        method = keys[build.key]
         if build.compile_pass and build.artifact is not None:
-            built[method] = build.artifact
+            built[build.key] = build.artifact
         else:
-            answers[method] = inconclusive(method, f"its ablation did not build: {build.error}")
+            answers[build.key] = inconclusive(build.key, f"its ablation did not build: {build.error}")
 
     champion_ms = None
     if built:
         champion_file = folder / f"kernel{Path(state.best_file).suffix}"
         champion = prepare_in_run(pm, state, "ablate it", kernel=champion_file)
-        a = BenchRequest(
-            artifact=champion.artifact, reference=champion.reference_path, dims=dims, options=EXPLORE_OPTIONS
-        )
+        a = champion.request(LOOP_OPTIONS)
         with executor() as runner:
             for method in methods:
                 if method not in built:
                     continue
-                b = BenchRequest(
-                    artifact=built[method],
-                    reference=champion.reference_path,
-                    dims=dims,
-                    options=EXPLORE_OPTIONS,
-                )
+                b = attrs.evolve(a, artifact=built[method])
                 with progress.step(f"pairing the champion with its ablation without {method}"):
                     measurement = runner.paired(a, b, plan)
                 write_json(folder / Path(specs[method].file).parent / "paired.json", to_data(measurement))

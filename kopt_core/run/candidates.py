@@ -21,6 +21,7 @@ from kopt_core.errors import ConfigError
 from kopt_core.jsonio import write_json
 from kopt_core.records.converter import to_data
 from kopt_core.records.loop import CANDIDATES_FILE, CANDIDATES_SCHEMA_VERSION, Candidates
+from kopt_core.run.layout import iteration_number
 from kopt_core.run.store import read_record
 
 BRANCHES_DIR = "branches"
@@ -29,6 +30,24 @@ HINT = (
     "the generator writes candidates.json beside the kernels (docs/loop.md, 'candidates.json'): fix the "
     "named entries or files and run the step again"
 )
+
+
+METHODS_FILE = "methods.json"
+
+
+def iteration_methods(iteration_dir: str | os.PathLike[str]) -> tuple[str, ...]:
+    """The method ids ``kopt select`` chose for the iteration (its methods.json, read strictly: a missing
+    or malformed file is a ConfigError naming the step that writes it)."""
+    from kopt_core.knowledge.select import SELECTION_SCHEMA_VERSION, Selection
+
+    path = Path(iteration_dir) / METHODS_FILE
+    if not path.is_file():
+        step = f"kopt select --iter {iteration_number(iteration_dir) or 'I'}"
+        raise ConfigError(f"{path} does not exist: {step} first", hint="the loop's order: docs/loop.md")
+    selection = read_record(
+        path, "methods", SELECTION_SCHEMA_VERSION, Selection, what=str(path), hint="run kopt select again"
+    )
+    return tuple(picked.id for picked in selection.selected)
 
 
 def candidates_path(iteration_dir: str | os.PathLike[str]) -> Path:

@@ -29,42 +29,23 @@ from kopt_core.bench.executor import PairedPlan, WorkerExecutor
 from kopt_core.bench.paired import decide
 from kopt_core.errors import ConfigError, HardwareError, KoptError, ValidationError
 from kopt_core.jsonio import write_json
-from kopt_core.records import BenchOptions, BenchRequest, BenchResult, Candidate, to_data
+from kopt_core.records import BenchOptions, BenchRequest, BenchResult, Candidate, Toolchain, to_data
 from kopt_core.records.loop import EXPLORE_FILE, PROMOTION_FILE, BranchOutcome, ExploreRecord, read_explore
 from kopt_core.records.paired import PairedComparison
 from kopt_core.records.state import State
 from kopt_core.reference import load_reference
-from kopt_core.run.candidates import load_candidates
+from kopt_core.run.candidates import iteration_methods, load_candidates
 from kopt_core.run.layout import iteration_dir
-from kopt_core.run.seed import prepare_in_run, stop_on_failure
+from kopt_core.run.seed import LOOP_OPTIONS, prepare_in_run, stop_on_failure
 from kopt_core.run.store import RunStore
 from kopt_core.run.summary import render_summary
 from kopt_core.steps.bench import check_candidate, target_arch
-from kopt_core.steps.build_pool import BuildJob, build_all, plan_compile_jobs
-
-# Explore checks every branch as bench does, but times it for a shorter budget and never re-times the
-# reference (the seed did): the paired comparison, not this median, decides promotion.
-EXPLORE_OPTIONS = BenchOptions(budget_s=1.0, warmup_ms=100.0, time_reference=False)
+from kopt_core.steps.build_pool import BuildJob, BuildOutcome, CompilePlan, build_all, plan_compile_jobs
 
 # A sanitizer run that takes longer leaves race_safe unknown (tool_error), never a failed branch.
 SANITIZER_TIMEOUT_S = 300.0
 
 ExecutorFactory = Callable[[], AbstractContextManager[Any]]
-
-
-def iteration_methods(folder: Path) -> tuple[str, ...]:
-    """The method ids ``kopt select`` chose for the iteration (methods.json)."""
-    from kopt_core.knowledge.select import Selection
-    from kopt_core.records import read_document
-
-    path = folder / "methods.json"
-    if not path.is_file():
-        raise ConfigError(f"{path} does not exist: select the methods first (kopt select --iter ...)")
-    try:
-        selection = read_document(path, Selection, "methods")
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path} cannot be read: {exc}") from None
-    return tuple(p.id for p in selection.selected)
 
 
 def iteration_candidates(pm, state: State, folder: Path, iteration: int):
@@ -115,7 +96,7 @@ def explore_iteration(
     iteration: int,
     *,
     executor: ExecutorFactory = WorkerExecutor,
-    options: BenchOptions = EXPLORE_OPTIONS,
+    options: BenchOptions = LOOP_OPTIONS,
     plan: PairedPlan | None = None,
 ) -> ExploreRecord:
     """Explore iteration ``iteration``'s branches, then pair its champion against the current best.
@@ -133,9 +114,7 @@ def explore_iteration(
                 stop_on_failure(store, "explore", error, iteration=iteration)
             if record.champion is None:
                 write_json(record_path, to_data(record))
-                failures = "; ".join(
-                    f"{b.id}: {b.error_stage}: {_first_line(b.error)}" for b in record.branches
-                )
+                failures = "; ".join(f"{b.id}: {b.failure}" for b in record.branches)
                 stop_on_failure(
                     store,
                     "explore",
@@ -165,8 +144,27 @@ def explore_iteration(
         return record
 
 
-def _first_line(text: str | None) -> str:
-    return (text or "").strip().splitlines()[0] if (text or "").strip() else "-"
+def check_and_build(
+    pm, state: State, info, ref, candidates: dict[str, Candidate]
+) -> tuple[dict[str, str], list[BuildOutcome], CompilePlan]:
+    """Each candidate's static contract, then the builds of those that keep it in the bounded pool (the
+    run's --compile-jobs). Returns the contract problems by key, the build outcomes (in the given order)
+    and the pool's plan. The artifacts stay in the backends' build caches."""
+    broken: dict[str, str] = {}
+    jobs: list[BuildJob] = []
+    for key, candidate in candidates.items():
+        try:
+            check_candidate(pm, candidate, dict(state.dims), ref)
+        except ConfigError as exc:
+            broken[key] = str(exc)
+            continue
+        jobs.append(BuildJob(key=key, candidate=candidate))
+    plan = plan_compile_jobs(state.compile_jobs, [info])
+    with tempfile.TemporaryDirectory(prefix="kopt-builds-") as scratch:
+        builds = build_all(
+            pm, jobs, toolchain=Toolchain(arch=target_arch(info)), plan=plan, build_root=Path(scratch)
+        )
+    return broken, builds, plan
 
 
 def _explore(
@@ -176,32 +174,24 @@ def _explore(
     ref = load_reference(state.ref_file)
     dims = dict(state.dims)
 
-    # 1. the static contract of each branch: no build for a branch that breaks it
-    outcomes: dict[str, dict] = {}
-    jobs: list[BuildJob] = []
-    for spec in candidates.branches:
-        candidate = Candidate(path=str(folder / spec.file), backend=state.backend, name=spec.id)
-        outcomes[spec.id] = _blank(spec.id, spec.file, dims)
-        try:
-            check_candidate(pm, candidate, dims, ref)
-        except ConfigError as exc:
-            outcomes[spec.id].update(error=str(exc), error_stage="contract")
-            continue
-        outcomes[spec.id]["contract_pass"] = True
-        jobs.append(BuildJob(key=spec.id, candidate=candidate))
-
-    # 2. builds in the bounded pool, all before any timing
-    compile_plan = plan_compile_jobs(state.compile_jobs, [info])
-    arch = target_arch(info)
-    from kopt_core.records import Toolchain
-
-    with tempfile.TemporaryDirectory(prefix="kopt-explore-") as scratch:
-        builds = build_all(
-            pm, jobs, toolchain=Toolchain(arch=arch), plan=compile_plan, build_root=Path(scratch)
-        )
+    # 1-2. the static contract of each branch, then the builds in the bounded pool, before any timing
+    outcomes = {spec.id: _blank(spec.id, spec.file, dims) for spec in candidates.branches}
+    broken, builds, compile_plan = check_and_build(
+        pm,
+        state,
+        info,
+        ref,
+        {
+            spec.id: Candidate(path=str(folder / spec.file), backend=state.backend, name=spec.id)
+            for spec in candidates.branches
+        },
+    )
+    for branch_id, problem in broken.items():
+        outcomes[branch_id].update(error=problem, error_stage="contract")
     artifacts = {}
     for build in builds:
         outcome = outcomes[build.key]
+        outcome["contract_pass"] = True
         outcome.update(
             compile_pass=build.compile_pass, build_seconds=build.seconds, cache_hit=build.cache_hit
         )
@@ -290,6 +280,8 @@ def _bench_fields(result: BenchResult, folder: Path, bench_path: Path) -> dict:
         "median_ms": timing.median_ms if timing is not None else None,
         "robust_cv": robust_cv(timing.samples_ms) if timing is not None else None,
         "realised_dims": dict(result.dims),
+        "requested_shapes": _shapes(result, "requested_shape"),
+        "realised_shapes": _shapes(result, "realised_shape"),
         "bench": str(bench_path.relative_to(folder)),
     }
     if result.status != "ok":
@@ -356,14 +348,7 @@ def promote(pm, state: State, folder: Path, executor, plan: PairedPlan) -> Paire
     champion = folder / f"kernel{Path(state.best_file).suffix}"
     best = prepare_in_run(pm, state, "compare it with the champion")
     challenger = prepare_in_run(pm, state, "compare it with the best", kernel=champion)
-    options = EXPLORE_OPTIONS
-    a = BenchRequest(artifact=best.artifact, reference=best.reference_path, dims=best.dims, options=options)
-    b = BenchRequest(
-        artifact=challenger.artifact,
-        reference=challenger.reference_path,
-        dims=challenger.dims,
-        options=options,
-    )
+    a, b = best.request(LOOP_OPTIONS), challenger.request(LOOP_OPTIONS)
     with executor() as runner, progress.step(f"pairing the champion with the best ({plan.blocks} blocks)"):
         measurement = runner.paired(a, b, plan)
     return decide(measurement, state.noise_threshold, seed=plan.seed)

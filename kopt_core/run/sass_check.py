@@ -24,7 +24,8 @@ from kopt_core.records.loop import (
     SassCheckRecord,
     read_sass_check,
 )
-from kopt_core.run.explore import iteration_methods, open_folder
+from kopt_core.run.candidates import iteration_methods
+from kopt_core.run.explore import open_folder
 from kopt_core.run.seed import prepare_in_run, stop_on_failure
 from kopt_core.run.store import RunStore
 from kopt_core.sass import SassToolError

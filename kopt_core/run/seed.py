@@ -18,7 +18,7 @@ from kopt_core.errors import (
     ValidationError,
 )
 from kopt_core.jsonio import write_json
-from kopt_core.records import BenchOptions, BenchRequest, ProfileOptions, to_data
+from kopt_core.records import BenchOptions, ProfileOptions, to_data
 from kopt_core.records.state import RooflineHistoryEntry, State
 from kopt_core.roofline.records import Ceilings
 from kopt_core.run.layout import baseline_dir
@@ -28,6 +28,11 @@ from kopt_core.steps.bench import Prepared, exit_code, prepare, run_bench
 from kopt_core.steps.profile import load_ceilings, profile_prepared
 
 NOISE_FILE = "noise_aa.json"
+
+# How the steps after the seed check and time a kernel (explore, the pairings of promotion, ablation and
+# the A/A noise): every check bench makes, a shorter timing budget, and never the reference again (the
+# seed timed it). The paired comparison, not a single median, decides what is faster.
+LOOP_OPTIONS = BenchOptions(budget_s=1.0, warmup_ms=100.0, time_reference=False)
 
 if TYPE_CHECKING:
     from kopt_core.plugins import PluginManager
@@ -97,12 +102,7 @@ def measure_noise(prepared: Prepared, folder: Path, *, executor=None, plan=None)
     from kopt_core.bench.paired import decide, noise_threshold
 
     plan = plan or PairedPlan()
-    request = BenchRequest(
-        artifact=prepared.artifact,
-        reference=prepared.reference_path,
-        dims=prepared.dims,
-        options=BenchOptions(budget_s=1.0, warmup_ms=100.0, time_reference=False),
-    )
+    request = prepared.request(LOOP_OPTIONS)
     with (executor or WorkerExecutor)() as runner:
         measurement = runner.paired(request, request, plan)
     comparison = decide(measurement, 0.0, seed=plan.seed)

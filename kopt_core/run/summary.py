@@ -253,7 +253,7 @@ def _iterations(state) -> list[str]:
                             _mark(b.timing_valid),
                             fmt_ms(b.median_ms),
                             "-" if b.robust_cv is None else f"{b.robust_cv:.2%}",
-                            f"{b.error_stage}: {(b.error or '').strip().splitlines()[0]}" if b.error else "",
+                            b.failure,
                         )
                     )
                     + " |"

@@ -49,7 +49,6 @@ CLASSES: tuple[MethodClass, ...] = ("effective", "ineffective", "implementation_
 CONCLUSIVE_SASS = ("pass", "fail")
 
 CHAMPION_REPORT = "kernel.ncu-rep"  # `kopt profile --which kernel` writes the champion's profile here
-METHODS_FILE = "methods.json"
 
 
 # ------------------------------------------------------------------------------------------------- rules
@@ -290,7 +289,7 @@ def update_in_run(store: RunStore, iteration: int) -> State:
     attribution.json, sass_check.json, methods.json and the champion's profile), apply ``apply_update``
     and save state.json and summary.md. An iteration already in the history is left as it is: running
     the step again changes nothing. A missing document is a ConfigError naming the step that writes it."""
-    from kopt_core.knowledge.select import SELECTION_SCHEMA_VERSION, Selection
+    from kopt_core.run.candidates import METHODS_FILE, iteration_methods
     from kopt_core.run.layout import iteration_dir
     from kopt_core.run.store import read_record
     from kopt_core.run.summary import render_summary
@@ -322,10 +321,7 @@ def update_in_run(store: RunStore, iteration: int) -> State:
             path = need(name, step)
             return read_record(path, kind, version, cls, what=str(path), hint=f"run {step} again")
 
-        selection = read(
-            METHODS_FILE, f"kopt select --iter {iteration}", "methods", SELECTION_SCHEMA_VERSION, Selection
-        )
-        methods = tuple(picked.id for picked in selection.selected)
+        methods = iteration_methods(folder)
         explore = read(
             EXPLORE_FILE, f"kopt explore --iter {iteration}", "explore", EXPLORE_SCHEMA_VERSION, ExploreRecord
         )

@@ -73,6 +73,12 @@ class Prepared:
     artifact: Artifact
     dims: dict
 
+    def request(self, options: BenchOptions) -> BenchRequest:
+        """What a worker needs to check and time this kernel with ``options``."""
+        return BenchRequest(
+            artifact=self.artifact, reference=self.reference_path, dims=self.dims, options=options
+        )
+
 
 def static_contract(
     pm,
@@ -171,10 +177,7 @@ def preflight_kernel(pm, kernel, reference, dims: dict, *, backend=None, arch=No
 
 def run_bench(pm, prepared: Prepared, options: BenchOptions) -> BenchResult:
     """Check and time a prepared kernel in a worker; add the workload's rates."""
-    request = BenchRequest(
-        artifact=prepared.artifact, reference=prepared.reference_path, dims=prepared.dims, options=options
-    )
-    result = backend_hooks(pm, prepared.backend.name).bench(request)
+    result = backend_hooks(pm, prepared.backend.name).bench(prepared.request(options))
     return attrs.evolve(result, workload=workload(prepared.reference, prepared.dims, result))
 
 

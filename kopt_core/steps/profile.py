@@ -33,7 +33,6 @@ from kopt_core.ncu.metrics import load_registry, resolve
 from kopt_core.ncu.parse import attach_findings, parse_details_csv, parse_raw_csv
 from kopt_core.records import (
     BenchOptions,
-    BenchRequest,
     BenchResult,
     KernelProfile,
     ProfiledKernel,
@@ -211,9 +210,7 @@ def profile_prepared(
     if bench.kernel_timing is None:  # the worker times every kernel whose timing is valid
         raise ValidationError(f"{prepared.candidate.path} has no kernel timing, so it is not profiled")
     harness_ms = bench.kernel_timing.median_ms
-    request = BenchRequest(
-        artifact=prepared.artifact, reference=prepared.reference_path, dims=prepared.dims, options=QUICK
-    )
+    request = prepared.request(QUICK)
     launch = backend_hooks(pm, prepared.backend.name).profile(prepared.artifact, request)
     request_path = out_dir / f"{name}.request.json"
     write_json(request_path, to_data(request))
