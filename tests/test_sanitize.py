@@ -494,3 +494,38 @@ def test_the_race_tests_reference_passes_a_correct_kernel_on_the_cpu(make_pm, tm
     )
     assert result.status == "ok" and result.correctness_pass, result.error
     assert [b.realised_shape for b in result.buffers] == [(1000,), (4,)]
+
+
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        (("_Z14block_sum_racyPKfPfi",), ("kns=_Z14block_sum_racyPKfPfi",)),
+        # the shim's kernel is in every CUDA build: both names are filters, either one matches
+        (("_Z1kPf", "_Z21kopt_shim_spin_kernely"), ("kns=_Z1kPf", "kns=_Z21kopt_shim_spin_kernely")),
+        (("k", "k"), ("kns=k",)),  # one kernel reported twice (two architectures) is one filter
+        ((), ()),  # no ptxas report (Triton): every kernel is checked
+        (("k", "odd,name"), ()),  # a name that cannot be a filter value: every kernel
+        (("odd=name",), ()),
+    ],
+)
+def test_the_kernel_filter_names_the_builds_kernels_or_checks_every_kernel(tmp_path, names, expected):
+    built = Artifact(
+        backend="cuda",
+        source=str(tmp_path / "kernel.cu"),
+        path=str(tmp_path / "kernel.so"),
+        launcher="kopt_cuda.launch:load",
+        resources=tuple(KernelResources(name=name, shared_bytes=0) for name in names),
+    )
+    assert sanitize.kernel_filter_for(built) == expected
+
+
+def test_every_filter_is_its_own_kernel_name_option(tmp_path):
+    command = sanitizer_command(
+        "cs", "racecheck", tmp_path / "r.log", ["p"], kernel_filter=("kns=a", "kns=b")
+    )
+    at = [i for i, word in enumerate(command) if word == "--kernel-name"]
+    assert [command[i + 1] for i in at] == ["kns=a", "kns=b"]
+    assert command[-1] == "p"
+    assert "--kernel-name" not in sanitizer_command(
+        "cs", "memcheck", tmp_path / "m.log", ["p"], kernel_filter=()
+    )

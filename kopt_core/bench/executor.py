@@ -93,6 +93,9 @@ E = TypeVar("E", bound="Executor")
 class Executor(Protocol):
     """Runs bench commands, one at a time, and turns whatever happens to them into records."""
 
+    def start(self) -> None:
+        """Get ready for the first command now (start processes, open contexts); optional to call."""
+
     def bench(self, request: BenchRequest) -> BenchResult:
         """Check and time one kernel (and its reference, if the options say so)."""
         ...
@@ -183,6 +186,16 @@ class WorkerExecutor:
         and not started again)."""
         worker = self._worker
         return worker.process.pid if worker is not None and worker.alive() else None
+
+    def start(self) -> None:
+        """Start the worker now rather than at the first command: Python, torch and the CUDA context
+        then come up while the caller does something else (explore starts it before its builds). A
+        worker that cannot start is started again, and its failure reported, at the first command."""
+        if self._worker is None or not self._worker.alive():
+            self._drop()
+            worker = self._start()
+            if not isinstance(worker, str):
+                self._worker = worker
 
     # -- commands ----------------------------------------------------------------------------------
     def bench(self, request: BenchRequest) -> BenchResult:

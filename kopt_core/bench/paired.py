@@ -84,8 +84,9 @@ def void_unstable(
     - a time is not finite and positive (nothing else can be read from it);
     - any of its SM clock readings is more than ``clock_tolerance`` (relative) from the median of all
       readings of the pairing;
-    - any reading has a clocks-event reason in ``slowdown_mask`` set (thermal, power brake, power cap,
-      hardware slowdown; ``telemetry.SLOWDOWN_REASONS``);
+    - any reading has a clocks-event reason in ``slowdown_mask`` set (thermal, power brake, hardware
+      slowdown; ``telemetry.SLOWDOWN_REASONS``). The power cap alone is not one: under it the clock is
+      judged by the clock rule above (``telemetry.POWER_CAP`` says why);
     - any reading counts more other compute processes than the quietest reading of the pairing: a process
       appeared while the block ran. A process present all along is shared by every block and is not held
       against any (inside a container NVML may even count our own process, under its host id).

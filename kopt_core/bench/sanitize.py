@@ -200,6 +200,22 @@ def choose_tools(artifact: Artifact, methods: Sequence[str] = ()) -> tuple[ToolC
     return tuple(ToolChoice(tool, reasons[tool]) for tool in TOOLS if tool in reasons)
 
 
+def kernel_filter_for(artifact: Artifact) -> tuple[str, ...]:
+    """compute-sanitizer's ``--kernel-name`` filters for the artifact's own kernels: one ``kns=NAME`` per
+    kernel its build reports (ptxas's names, mangled as the tool sees them; the tool checks a kernel that
+    matches any of them), or () when the build names none (Triton) or a name cannot be written as a filter
+    value: then every kernel of the process is checked. Filtered, the reference's and torch's kernels run
+    without instrumentation, which is much of a run's cost when the reference is itself a big kernel (a
+    cuBLAS GEMM under racecheck). A filter that matched nothing would check nothing; the names come from
+    the very build that is launched, and tests/gpu/test_sanitize_gpu.py shows a filtered racecheck finding
+    a planted race."""
+    names = sorted({r.name for r in artifact.resources if r.name})
+    # A filter value is a comma-separated key=value list: a name with "," or "=" cannot be given exactly.
+    if not names or any(c in name for name in names for c in ",= "):
+        return ()
+    return tuple(f"kns={name}" for name in names)
+
+
 def tools_for(artifact: Artifact, methods: Sequence[str] = ()) -> tuple[str, ...]:
     """The tools ``choose_tools`` picks, without the reasons."""
     return tuple(choice.tool for choice in choose_tools(artifact, methods))
@@ -352,7 +368,11 @@ def find_sanitizer() -> str | None:
 
 
 def sanitizer_command(
-    sanitizer: str, tool: str, tool_log: Path, target: Sequence[str], kernel_filter: str | None = None
+    sanitizer: str,
+    tool: str,
+    tool_log: Path,
+    target: Sequence[str],
+    kernel_filter: str | Sequence[str] | None = None,
 ) -> list[str]:
     """compute-sanitizer's argv. The tool writes to its own log (``--log-file``), so nothing the kernel
     prints can pass for the tool's summary; ``%`` is doubled because the tool expands ``%p`` and the like
@@ -379,8 +399,9 @@ def sanitizer_command(
     if tool == "racecheck":
         # analysis: one report per pair of racing accesses, hazards grouped, each an error or a warning.
         command += ["--racecheck-report", "analysis"]
-    if kernel_filter:
-        command += ["--kernel-name", kernel_filter]
+    filters = [kernel_filter] if isinstance(kernel_filter, str) else list(kernel_filter or ())
+    for value in filters:  # additive: a kernel matching any of them is checked
+        command += ["--kernel-name", value]
     return command + list(target)
 
 
@@ -405,7 +426,7 @@ def run_sanitizer(
     timeout_s: float = 600,
     sanitizer: str | None = None,
     work_dir: str | os.PathLike[str] | None = None,
-    kernel_filter: str | None = None,
+    kernel_filter: str | Sequence[str] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> SanitizerReport:
     """Run ``tool`` on the kernel of ``request``: ``compute-sanitizer --tool TOOL ... python -m
@@ -415,7 +436,8 @@ def run_sanitizer(
     ``sanitizer``: the compute-sanitizer to run (default: found like the other CUDA tools). ``work_dir``:
     where the request, the tool's log and the target's output are kept (default: a temporary folder,
     removed afterwards; the report keeps their last lines). ``kernel_filter``: compute-sanitizer's
-    ``--kernel-name`` filter (``kns=substring``, ...), to check only the candidate's kernels.
+    ``--kernel-name`` filter (``kns=substring``, ...) or several (a kernel matching any is checked), to
+    check only the candidate's kernels (``kernel_filter_for``).
     ``env``: extra environment for the target (a backend's ``ProfileLaunch.env``)."""
     if tool not in TOOLS:
         raise ValueError(f"unknown compute-sanitizer tool {tool!r}; one of {', '.join(TOOLS)}")
@@ -481,6 +503,7 @@ __all__ = [
     "ToolChoice",
     "choose_tools",
     "judge",
+    "kernel_filter_for",
     "parse_counts",
     "run_sanitizer",
     "tools_for",

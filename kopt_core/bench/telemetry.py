@@ -29,8 +29,14 @@ from kopt_core.records.paired import TelemetrySample
 # Left out on purpose: GpuIdle (1: the GPU had no work, which says nothing about a block that ran),
 # ApplicationsClocksSetting (2: an administrator's clock setting, steady for the whole run),
 # SyncBoost (16) and DisplayClockSetting (256), which do not move a compute kernel's clock mid-run.
+# Also left out: SwPowerCap (4, the driver holds the clock down to stay under the board's power limit).
+# A heavy tensor-core GEMM runs against the H200's power limit for as long as it runs (seen on
+# 2026-11-30: every block of a CUTLASS fp16 GEMM's A/A pairing had it set), so it is the kernel's steady
+# state, not a disturbance; and a kernel that draws less power keeps a higher clock under the cap, which
+# is a real property of that kernel that a comparison must keep. What the cap does to the clock is
+# judged by the clock itself: a block whose SM clock strays from the pairing's median is voided anyway.
+POWER_CAP = 0x4
 SLOWDOWN_REASONS: dict[int, str] = {
-    0x4: "SwPowerCap",  # the driver holds the clock down to stay under the power limit
     0x8: "HwSlowdown",  # hardware slowdown (thermal or power brake, reported by the board)
     0x20: "SwThermalSlowdown",  # the driver lowers the clock to cool the GPU or its memory
     0x40: "HwThermalSlowdown",  # hardware thermal slowdown

@@ -418,15 +418,15 @@ class Harness:
         self.checks.append(check)
         return check
 
-    def _correctness(self, side: Side, seeds: Sequence[int]) -> None:
+    def _correctness(self, side: Side, seeds: Sequence[int], phase: str = "before_timing") -> None:
         has_pure_outputs = any(s.role == "output" for s in self.specs)
         for seed in seeds:
-            check = self._check_once(side, seed, "before_timing")
+            check = self._check_once(side, seed, phase)
             if not check.passed and not side.zeroed and has_pure_outputs and check.inputs_unchanged:
                 # A kernel that accumulates into its output (a reduction) relies on it starting zeroed:
                 # that passes, and the result records the requirement.
                 side.zeroed = True
-                if self._check_once(side, seed, "before_timing").passed:
+                if self._check_once(side, seed, phase).passed:
                     continue
                 side.zeroed = False
             if not self.checks[-1].passed:
@@ -597,6 +597,12 @@ class WorkerRun(Harness):
     @property
     def kernel_clock(self) -> Clock:
         return self._side().clock
+
+    def check(self, seed: int, *, stage: str = "before_timing") -> None:
+        """One correctness check of the prepared kernel on ``seed`` (its launch errors reported as
+        ``stage``); raises ``StageFailed`` when the kernel crashes or is wrong. The sanitize target's
+        whole run."""
+        self._correctness(self._side(), (seed,), stage)
 
     def _side(self) -> Side:
         if self.kernel is None:
@@ -1005,6 +1011,18 @@ class _ProcessState:
         torch.set_grad_enabled(self.grad)
 
 
+def _open_cuda_context() -> None:
+    """Create the CUDA context while no command waits (an executor may start its worker early, during
+    the builds): it is the slowest part of a worker's start after importing torch. Nothing depends on
+    it: a device that fails here fails the first command, named, as it would have anyway."""
+    try:
+        if torch.cuda.is_available():
+            torch.empty(1, device="cuda")
+            torch.cuda.synchronize()
+    except Exception as exc:  # reported by the first command that needs the device
+        print(f"kopt bench worker: could not open a CUDA context at start: {_describe(exc)}", file=sys.stderr)
+
+
 def serve(commands_fd: int, replies_fd: int) -> int:
     """Run the executor's commands one at a time until its command pipe closes.
 
@@ -1030,6 +1048,7 @@ def serve(commands_fd: int, replies_fd: int) -> int:
         os.set_inheritable(fd, False)  # not into what kernels start
     commands = os.fdopen(commands_fd, "r", encoding="utf-8")
     replies = os.fdopen(replies_fd, "w", encoding="utf-8")
+    _open_cuda_context()
     state = _ProcessState()
     while True:
         line = commands.readline()

@@ -108,6 +108,8 @@ class BranchOutcome:
     bench: str | None = None  # its bench.json, relative to the iteration folder
     build_seconds: float | None = None
     cache_hit: bool = False  # the build came from the run's build cache (never a timing cache)
+    bench_seconds: float | None = None  # wall time of its check and timing in the worker
+    race_seconds: float | None = None  # wall time of its compute-sanitizer runs (None: none ran)
 
     @property
     def failure(self) -> str:
@@ -139,6 +141,9 @@ class ExploreRecord:
     frontier: tuple[str, ...] = field(default=(), converter=as_tuple)  # the other passing branches
     compile_jobs: int = 1
     compile_jobs_reason: str = ""
+    # wall seconds of explore's parts: "build" (contract and the pool), "bench" (the worker, all branches),
+    # "race_check" (compute-sanitizer); the promotion pairing's are in paired.json (worker_seconds)
+    seconds: dict[str, float] = field(factory=dict)
     schema_version: int = EXPLORE_SCHEMA_VERSION
 
     def __attrs_post_init__(self) -> None:

@@ -18,7 +18,9 @@ import os
 import shutil
 import statistics
 import tempfile
+import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -174,47 +176,56 @@ def _explore(
     ref = load_reference(state.ref_file)
     dims = dict(state.dims)
 
-    # 1-2. the static contract of each branch, then the builds in the bounded pool, before any timing
+    # 1-2. the static contract of each branch, then the builds in the bounded pool, before any timing;
+    # the worker starts meanwhile (Python, torch and a CUDA context take seconds), idle until 3.
     outcomes = {spec.id: _blank(spec.id, spec.file, dims) for spec in candidates.branches}
-    broken, builds, compile_plan = check_and_build(
-        pm,
-        state,
-        info,
-        ref,
-        {
-            spec.id: Candidate(path=str(folder / spec.file), backend=state.backend, name=spec.id)
-            for spec in candidates.branches
-        },
-    )
-    for branch_id, problem in broken.items():
-        outcomes[branch_id].update(error=problem, error_stage="contract")
-    artifacts = {}
-    for build in builds:
-        outcome = outcomes[build.key]
-        outcome["contract_pass"] = True
-        outcome.update(
-            compile_pass=build.compile_pass, build_seconds=build.seconds, cache_hit=build.cache_hit
+    seconds: dict[str, float] = {}
+    with executor() as runner:
+        runner.start()
+        started = time.perf_counter()
+        broken, builds, compile_plan = check_and_build(
+            pm,
+            state,
+            info,
+            ref,
+            {
+                spec.id: Candidate(path=str(folder / spec.file), backend=state.backend, name=spec.id)
+                for spec in candidates.branches
+            },
         )
-        if build.compile_pass and build.artifact is not None:
-            artifacts[build.key] = build.artifact
-        else:
-            outcome.update(error=build.error, error_stage="compile")
+        seconds["build"] = round(time.perf_counter() - started, 3)
+        for branch_id, problem in broken.items():
+            outcomes[branch_id].update(error=problem, error_stage="contract")
+        artifacts = {}
+        for build in builds:
+            outcome = outcomes[build.key]
+            outcome["contract_pass"] = True
+            outcome.update(
+                compile_pass=build.compile_pass, build_seconds=build.seconds, cache_hit=build.cache_hit
+            )
+            if build.compile_pass and build.artifact is not None:
+                artifacts[build.key] = build.artifact
+            else:
+                outcome.update(error=build.error, error_stage="compile")
 
-    # 3. serially, b1..bK, through one worker
-    if artifacts:
-        _require_device(info)
-        with executor() as runner:
-            for spec in candidates.branches:
-                if spec.id not in artifacts:
-                    continue
-                request = BenchRequest(
-                    artifact=artifacts[spec.id], reference=str(state.ref_file), dims=dims, options=options
-                )
-                with progress.step(f"checking and timing {spec.id} ({len(artifacts)} built)"):
-                    result = runner.bench(request)
-                bench_path = folder / Path(spec.file).parent / "bench.json"
-                write_json(bench_path, to_data(result))
-                outcomes[spec.id].update(_bench_fields(result, folder, bench_path))
+        # 3. serially, b1..bK, through the one worker
+        if artifacts:
+            _require_device(info)
+        started = time.perf_counter()
+        for spec in candidates.branches:
+            if spec.id not in artifacts:
+                continue
+            request = BenchRequest(
+                artifact=artifacts[spec.id], reference=str(state.ref_file), dims=dims, options=options
+            )
+            one = time.perf_counter()
+            with progress.step(f"checking and timing {spec.id} ({len(artifacts)} built)"):
+                result = runner.bench(request)
+            bench_path = folder / Path(spec.file).parent / "bench.json"
+            write_json(bench_path, to_data(result))
+            outcomes[spec.id].update(_bench_fields(result, folder, bench_path))
+            outcomes[spec.id]["bench_seconds"] = round(time.perf_counter() - one, 3)
+        seconds["bench"] = round(time.perf_counter() - started, 3)
     # The race check, fastest branch first, until one passes it: compute-sanitizer slows a kernel 10-100x
     # (a 2048^3 SGEMM takes about a minute under racecheck and memcheck), so checking every branch would
     # cost more than the rest of explore. The champion is the same as if all were checked: the fastest
@@ -223,12 +234,14 @@ def _explore(
         (spec.id for spec in candidates.branches if _timed(outcomes[spec.id])),
         key=lambda branch_id: (outcomes[branch_id]["median_ms"], _index(branch_id)),
     )
+    started = time.perf_counter()
     for position, branch_id in enumerate(timed):
         outcomes[branch_id].update(_race_fields(artifacts[branch_id], state, methods, options))
         if outcomes[branch_id]["race_safe"] is not False:
             for slower in timed[position + 1 :]:
                 outcomes[slower]["race_note"] = f"not checked: {branch_id}, faster, passed every gate"
             break
+    seconds["race_check"] = round(time.perf_counter() - started, 3)
 
     branches = tuple(BranchOutcome(**outcomes[spec.id]) for spec in candidates.branches)
     passing = [b for b in branches if b.passed and b.median_ms is not None]
@@ -241,6 +254,7 @@ def _explore(
         frontier=tuple(b.id for b in passing if champion is not None and b.id != champion.id),
         compile_jobs=compile_plan.workers,
         compile_jobs_reason=compile_plan.reason,
+        seconds=seconds,
     )
 
 
@@ -291,29 +305,44 @@ def _bench_fields(result: BenchResult, folder: Path, bench_path: Path) -> dict:
 
 def _race_fields(artifact, state: State, methods: Sequence[str], options: BenchOptions) -> dict:
     """race_safe from compute-sanitizer where it applies: True when every tool ran clean, False on a
-    hazard or error (the branch fails), None with the reason when it could not be checked."""
-    from kopt_core.bench.sanitize import run_sanitizer, tools_for
+    hazard or error (the branch fails), None with the reason when it could not be checked.
+
+    The tools run side by side, one process each (most of a tool run is the process starting under the
+    tool, not the GPU), and only on the candidate's own kernel when the build names it
+    (``kernel_filter_for``). A tool that did not end clean is run again alone before its verdict counts,
+    so two processes sharing the GPU never decide one."""
+    from kopt_core.bench.sanitize import kernel_filter_for, run_sanitizer, tools_for
 
     request = BenchRequest(
         artifact=artifact, reference=str(state.ref_file), dims=dict(state.dims), options=options
     )
-    notes: list[str] = []
-    safe: bool | None = True
-    for tool in tools_for(artifact, methods):
-        with progress.step(f"compute-sanitizer {tool} on {Path(artifact.source).parent.name}"):
-            report = run_sanitizer(request, tool, timeout_s=SANITIZER_TIMEOUT_S)
-        notes.append(f"{tool}: {report.status} ({report.summary})")
-        if report.status == "clean":
-            continue
+    tools = tools_for(artifact, methods)
+    if not tools:
+        return {"race_safe": None, "race_note": "no check applies", "race_seconds": 0.0}
+    only = kernel_filter_for(artifact)
+
+    def check(tool: str):
+        return run_sanitizer(request, tool, timeout_s=SANITIZER_TIMEOUT_S, kernel_filter=only)
+
+    started = time.perf_counter()
+    with progress.step(f"compute-sanitizer {', '.join(tools)} on {Path(artifact.source).parent.name}"):
+        with ThreadPoolExecutor(max_workers=len(tools)) as pool:
+            reports = list(pool.map(check, tools))
+        if len(tools) > 1:
+            reports = [report if report.status == "clean" else check(report.tool) for report in reports]
+    seconds = round(time.perf_counter() - started, 3)
+    notes = [f"{report.tool}: {report.status} ({report.summary})" for report in reports]
+    for report in reports:
         if report.status in ("hazards", "failed"):
             return {
                 "race_safe": False,
                 "race_note": "; ".join(notes),
+                "race_seconds": seconds,
                 "error": report.summary,
-                "error_stage": tool,
+                "error_stage": report.tool,
             }
-        safe = None
-    return {"race_safe": safe if notes else None, "race_note": "; ".join(notes) or "no check applies"}
+    safe = all(report.status == "clean" for report in reports)
+    return {"race_safe": True if safe else None, "race_note": "; ".join(notes), "race_seconds": seconds}
 
 
 def _require_device(info) -> None:

@@ -22,7 +22,7 @@ from kopt_core.bench.paired import (
     noise_threshold,
     void_unstable,
 )
-from kopt_core.bench.telemetry import SLOWDOWN_MASK, SLOWDOWN_REASONS
+from kopt_core.bench.telemetry import POWER_CAP, SLOWDOWN_MASK, SLOWDOWN_REASONS
 from kopt_core.jsonio import write_json
 from kopt_core.records import (
     AblationEffect,
@@ -292,6 +292,21 @@ def test_each_slowdown_reason_voids(bit):
     assert SLOWDOWN_REASONS[bit] in blocks[1].void_reason
 
 
+def test_the_power_cap_alone_does_not_void_but_its_clock_drop_does():
+    # A power-bound GEMM runs under SwPowerCap all along: steady clock, every block kept.
+    capped = void_unstable(_blocks([_steady(1755.0, reasons=0x4) for _ in range(3)]))
+    assert not any(b.voided for b in capped)
+    # The cap pulling one block's clock 10% below the others: voided by the clock rule.
+    dropped = void_unstable(
+        _blocks([_steady(1755.0, reasons=0x4), _steady(1580.0, reasons=0x4), _steady(1755.0, reasons=0x4)])
+    )
+    assert [b.voided for b in dropped] == [False, True, False]
+    assert "SM clock 1580 MHz" in dropped[1].void_reason and "SwPowerCap" not in dropped[1].void_reason
+    # With a thermal reason beside it, the thermal reason voids.
+    hot = void_unstable(_blocks([_steady(1755.0, reasons=0x4), _steady(1755.0, reasons=0x4 | 0x20)]))
+    assert [b.voided for b in hot] == [False, True] and "SwThermalSlowdown" in hot[1].void_reason
+
+
 def test_idle_and_application_clock_reasons_do_not_void():
     idle_and_apps = (
         pynvml.nvmlClocksEventReasonGpuIdle | pynvml.nvmlClocksEventReasonApplicationsClocksSetting
@@ -306,9 +321,9 @@ def test_slowdown_bits_are_nvmls():
         | pynvml.nvmlClocksEventReasonSwThermalSlowdown
         | pynvml.nvmlClocksEventReasonHwThermalSlowdown
         | pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
-        | pynvml.nvmlClocksEventReasonSwPowerCap
     )
     assert SLOWDOWN_MASK == expected
+    assert POWER_CAP == pynvml.nvmlClocksEventReasonSwPowerCap and not SLOWDOWN_MASK & POWER_CAP
     for bit, name in SLOWDOWN_REASONS.items():
         assert getattr(pynvml, f"nvmlClocksEventReason{name}") == bit
 

@@ -22,9 +22,12 @@ KERNELS = REPO / "tests" / "gpu_kernels"
 N = 65536  # 256 blocks of 256 threads: every block races, and racecheck needs a few seconds
 
 
-def test_racecheck_finds_the_missing_syncthreads_and_passes_the_fixed_kernel(tmp_path):
+@pytest.mark.parametrize("filtered", [False, True], ids=["every-kernel", "kernel-filter"])
+def test_racecheck_finds_the_missing_syncthreads_and_passes_the_fixed_kernel(tmp_path, filtered):
+    """Unfiltered, and filtered to the candidate's kernel as explore runs it (``kernel_filter_for``): a
+    filter that matched nothing would check nothing and call the racy kernel clean."""
     import kopt_cuda.plugin
-    from kopt_core.bench.sanitize import run_sanitizer, tools_for
+    from kopt_core.bench.sanitize import kernel_filter_for, run_sanitizer, tools_for
     from kopt_core.hardware import arch_for_capability
     from kopt_core.records import BenchOptions, BenchRequest, Candidate, Toolchain
 
@@ -44,8 +47,13 @@ def test_racecheck_finds_the_missing_syncthreads_and_passes_the_fixed_kernel(tmp
             dims={"N": N},
             options=BenchOptions(),
         )
+        only = kernel_filter_for(artifact) if filtered else ()
+        if filtered:  # the mangled name ptxas reported, and the shim's kernel linked into every build
+            assert only == (f"kns=_Z{len(name)}{name}PKfPfi", "kns=_Z21kopt_shim_spin_kernely")
         started = time.perf_counter()
-        report = run_sanitizer(request, "racecheck", timeout_s=300, work_dir=tmp_path / f"{name}-racecheck")
+        report = run_sanitizer(
+            request, "racecheck", timeout_s=300, work_dir=tmp_path / f"{name}-racecheck", kernel_filter=only
+        )
         print(
             f"\n[{name}] {report.status}: {report.summary} "
             f"(hazards={report.hazards} errors={report.errors} warnings={report.warnings}; "
@@ -60,3 +68,4 @@ def test_racecheck_finds_the_missing_syncthreads_and_passes_the_fixed_kernel(tmp
     assert clean.status == "clean", f"{clean.summary}\n{clean.log_tail}"
     assert (clean.hazards, clean.errors, clean.warnings) == (0, 0, 0)
     assert clean.command[1:3] == ("--tool", "racecheck")
+    assert ("--kernel-name" in clean.command) is filtered
