@@ -736,6 +736,15 @@ def iter_open_cmd(state_path, iteration, as_json) -> int:
     return 0
 
 
+def _method_ids(_ctx, _param, value: str | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    ids = tuple(part.strip() for part in value.split(",") if part.strip())
+    if not ids:
+        raise click.BadParameter("give method ids separated by commas, e.g. memory.smem_tiling,latency.ilp")
+    return ids
+
+
 @cli.command("select")
 @click.option(
     "--state", "state_path", type=click.Path(), default=None, help="Run form: the run's state.json."
@@ -788,6 +797,16 @@ def iter_open_cmd(state_path, iteration, as_json) -> int:
     help="Run form: select this implementation-failed method again, knowing it failed before.",
 )
 @click.option(
+    "--methods",
+    "methods",
+    default=None,
+    callback=_method_ids,
+    metavar="A,B,...",
+    help="Choose the methods yourself (ids, comma-separated), instead of the scan's picks; they must pass "
+    "the hard constraints (docs/loop.md), and the scan's picks are recorded beside them. Needs --why.",
+)
+@click.option("--why", default=None, metavar="TEXT", help="Why you chose --methods (recorded).")
+@click.option(
     "--json", "as_json", is_flag=True, help="Print the envelope (result: the files written) on stdout."
 )
 def select_cmd(
@@ -802,9 +821,12 @@ def select_cmd(
     sass_path,
     out_dir,
     acknowledged,
+    methods,
+    why,
     as_json,
 ) -> int:
-    """Pick methods by the budget-aware priority scan; write methods.json and analysis.md."""
+    """Pick methods by the budget-aware priority scan, or check your own (--methods, --why) against the
+    hard constraints; write methods.json and analysis.md (nothing when the choice is refused)."""
     from kopt_core.errors import ConfigError
 
     if state_path or iteration:
@@ -814,10 +836,12 @@ def select_cmd(
 
         store = _store(state_path)
         written = envelope.Written(store.run_dir)
-        methods = select_in_run(_plugin_manager(), store, iteration, acknowledged=tuple(acknowledged))
+        path = select_in_run(
+            _plugin_manager(), store, iteration, acknowledged=tuple(acknowledged), methods=methods, why=why
+        )
         if as_json:
-            return envelope.emit("select", 0, envelope.run_result(store.run_dir, written, path=str(methods)))
-        click.echo(str(methods))
+            return envelope.emit("select", 0, envelope.run_result(store.run_dir, written, path=str(path)))
+        click.echo(str(path))
         return 0
     if not (roofline_path and ncu_top_path):
         raise ConfigError("give --state and --iter, or --roofline and --ncu-top")
@@ -828,7 +852,7 @@ def select_cmd(
 
     installed = tuple(BackendRegistry.from_plugins(_plugin_manager()).backends)
     written = envelope.Written(Path(out_dir or Path(roofline_path).parent))
-    methods = select_standalone(
+    path = select_standalone(
         roofline_path,
         ncu_top_path,
         arch=arch,
@@ -838,10 +862,12 @@ def select_cmd(
         sass_path=sass_path,
         out_dir=out_dir,
         installed_backends=installed,
+        methods=methods,
+        why=why,
     )
     if as_json:
-        return envelope.emit("select", 0, envelope.run_result(None, written, path=str(methods)))
-    click.echo(str(methods))
+        return envelope.emit("select", 0, envelope.run_result(None, written, path=str(path)))
+    click.echo(str(path))
     return 0
 
 

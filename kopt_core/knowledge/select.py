@@ -8,19 +8,31 @@ implement and nobody acknowledged that, a skip condition holds, its trigger does
 evidence, it conflicts with a method chosen this round, or its same-budget group already holds a slot
 this round. A budget left unfilled says why; no filler is ever added. Every decision is recorded with
 its reason.
+
+An agent may choose the methods itself (``validate_choice``): the scan still runs, for the budget and for
+its own picks to stand beside the choice, and the choice must pass the hard constraints (the gates marked
+hard in ``GATES``, conflicts, same-budget groups, the per-axis cap and the iteration's budget). The other
+gates are the scan's reading of the evidence, which an agent may overrule with a reason.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Callable, Sequence
+from typing import Literal
 
+import attrs
 from attrs import field, frozen
 
+from kopt_core.errors import ConfigError
 from kopt_core.knowledge.methods import AllOf, Condition, Method, MethodRegistry
+from kopt_core.records.converter import MIGRATIONS
 from kopt_core.records.fields import as_tuple
 from kopt_core.roofline.records import AXES
 
-SELECTION_SCHEMA_VERSION = 1
+SELECTION_SCHEMA_VERSION = 2
+SELECTION_KIND = "methods"  # methods.json's document kind, for its migrations
 AXIS_CAP = 2
 # A kernel within 10% of its roofline floor (floor_ms / duration_ms >= 0.9) has at most 10% left for any
 # method that keeps its work and the peak it is measured against: only floor-lowering methods are tried.
@@ -86,11 +98,31 @@ class Selection:
     floor_share: float | None = (
         None  # roofline floor_ms / duration_ms (1.0 = at the floor); None = no roofline
     )
+    # who chose ``selected``: the scan, or an agent overruling it (skipped and underfilled stay the scan's)
+    chosen_by: Literal["scan", "agent"] = "scan"
+    why: str | None = None  # the agent's reason; None when the scan chose
+    # the scan's own picks on the same evidence, whoever chose: what an agent's choice departs from
+    scan_selected: tuple[Picked, ...] = field(default=(), converter=as_tuple)
     schema_version: int = SELECTION_SCHEMA_VERSION
 
     @property
     def ids(self) -> tuple[str, ...]:
         return tuple(p.id for p in self.selected)
+
+    @property
+    def scan_ids(self) -> tuple[str, ...]:
+        return tuple(p.id for p in self.scan_selected)
+
+
+def selection_v1_to_v2(data: dict) -> dict:
+    """v1 -> v2: the scan chose every v1 selection, so it has no reason and its picks are the scan's."""
+    data.setdefault("chosen_by", "scan")
+    data.setdefault("why", None)
+    data.setdefault("scan_selected", data.get("selected", []))
+    return data
+
+
+MIGRATIONS.setdefault(SELECTION_KIND, {})[1] = selection_v1_to_v2
 
 
 def kernel_tags(mnemonics: list[str] | None, *, kernels: int | None = None) -> dict[str, bool | None]:
@@ -179,6 +211,27 @@ def _skip_reason(method: Method, values: dict, dtypes: set[str], tags: dict) -> 
     return None
 
 
+def axis_slots(budget: dict, axis: str) -> int:
+    """The methods ``axis`` may take this iteration: its budget, at most ``AXIS_CAP``."""
+    return min(int(budget.get(axis, 0)), AXIS_CAP)
+
+
+def total_slots(budget: dict) -> int:
+    """The methods one iteration may take: every axis's slots together."""
+    return sum(axis_slots(budget, axis) for axis in AXES)
+
+
+def _picked(method: Method, values: dict) -> Picked:
+    met = method.trigger.met(values)
+    return Picked(
+        id=method.id,
+        axis=method.axis,
+        priority=method.priority,
+        numerics=method.numerics,
+        evidence="; ".join(_condition_text(c, values) for c in met),
+    )
+
+
 def select_methods(registry: MethodRegistry, context: SelectionContext) -> Selection:
     """One iteration's methods: the scan this module's docstring describes, over ``registry``."""
     evidence = context.evidence
@@ -187,7 +240,7 @@ def select_methods(registry: MethodRegistry, context: SelectionContext) -> Selec
     underfilled: dict[str, str] = {}
     groups_used: dict[str, str] = {}
     for axis in AXES:
-        slots = min(int(evidence.budget.get(axis, 0)), AXIS_CAP)
+        slots = axis_slots(evidence.budget, axis)
         if slots <= 0:
             continue
         taken = 0
@@ -200,16 +253,7 @@ def select_methods(registry: MethodRegistry, context: SelectionContext) -> Selec
             if reason:
                 skipped.append(Skipped(id=method.id, axis=axis, reason=reason))
                 continue
-            met = method.trigger.met(evidence.values)
-            chosen.append(
-                Picked(
-                    id=method.id,
-                    axis=axis,
-                    priority=method.priority,
-                    numerics=method.numerics,
-                    evidence="; ".join(_condition_text(c, evidence.values) for c in met),
-                )
-            )
+            chosen.append(_picked(method, evidence.values))
             if method.relations.same_budget:
                 groups_used[method.relations.same_budget] = method.id
             taken += 1
@@ -227,58 +271,127 @@ def select_methods(registry: MethodRegistry, context: SelectionContext) -> Selec
         underfilled=underfilled,
         kernel_tags=evidence.tags,
         floor_share=evidence.floor_share,
+        scan_selected=chosen,
     )
 
 
-def _refusal(method: Method, registry: MethodRegistry, context: SelectionContext) -> str | None:
-    """Why ``method`` cannot be selected whatever else this round chooses (the first gate that refuses it,
-    in the order the module's docstring lists them), or None."""
-    evidence = context.evidence
-    if method.id in context.selected_before:
-        return "selected in an earlier iteration"
-    if context.backend not in method.backends:
-        return f"not for the {context.backend} backend (only {', '.join(method.backends)})"
+# ----------------------------------------------------------------------------------------------- gates
+# Each gate says why a method cannot be selected whatever else this round chooses, or None.
+
+Gate = Callable[[Method, MethodRegistry, SelectionContext], str | None]
+
+
+def _selected_before(method: Method, _registry: MethodRegistry, context: SelectionContext) -> str | None:
+    return "selected in an earlier iteration" if method.id in context.selected_before else None
+
+
+def _backend(method: Method, _registry: MethodRegistry, context: SelectionContext) -> str | None:
+    if context.backend in method.backends:
+        return None
+    return f"not for the {context.backend} backend (only {', '.join(method.backends)})"
+
+
+def _architecture(method: Method, registry: MethodRegistry, context: SelectionContext) -> str | None:
     ok, missing = registry.applies_on(method, context.arch)
-    if not ok:
-        return f"{context.arch} lacks {', '.join(missing)}"
+    return None if ok else f"{context.arch} lacks {', '.join(missing)}"
+
+
+def _numerics(method: Method, _registry: MethodRegistry, context: SelectionContext) -> str | None:
     mode = context.numerics_mode
     if method.numerics == "approximate" and mode != "approximate":
         return f"approximate numerics: needs --numerics-mode approximate (mode is {mode})"
     if mode == "strict" and method.numerics not in ("bitwise_preserving", "preconditioned"):
         return "strict numerics admit only bitwise-preserving or preconditioned methods"
-    share = evidence.floor_share
-    if share is not None and share >= NEAR_FLOOR and not method.lowers_floor:
-        return (
-            f"the kernel runs at {share:.0%} of its roofline floor: a method that keeps the work "
-            f"and the peak can gain at most {1 - share:.0%}"
-        )
-    if method.id in context.ineffective and context.ineffective[method.id] == evidence.bound:
-        return (
-            f"proved ineffective under the same bound ({evidence.bound}); blocked until the bottleneck "
-            "changes"
-        )
-    if method.id in context.implementation_failed and method.id not in context.acknowledged:
-        return "failed to implement before; select it again only with an explicit acknowledgement"
-    reason = _skip_reason(method, evidence.values, set(context.dtypes), evidence.tags)
-    if reason:
-        return reason
-    if not method.trigger.holds(evidence.values):
-        conditions = (*method.trigger.all, *method.trigger.any)
-        return "not triggered by the evidence: " + "; ".join(
-            _condition_text(c, evidence.values) for c in conditions
-        )
+    return None
+
+
+def _near_floor(method: Method, _registry: MethodRegistry, context: SelectionContext) -> str | None:
+    share = context.evidence.floor_share
+    if share is None or share < NEAR_FLOOR or method.lowers_floor:
+        return None
+    return (
+        f"the kernel runs at {share:.0%} of its roofline floor: a method that keeps the work "
+        f"and the peak can gain at most {1 - share:.0%}"
+    )
+
+
+def _ineffective(method: Method, _registry: MethodRegistry, context: SelectionContext) -> str | None:
+    bound = context.evidence.bound
+    if method.id not in context.ineffective or context.ineffective[method.id] != bound:
+        return None
+    return f"proved ineffective under the same bound ({bound}); blocked until the bottleneck changes"
+
+
+def _implementation_failed(
+    method: Method, _registry: MethodRegistry, context: SelectionContext
+) -> str | None:
+    if method.id not in context.implementation_failed or method.id in context.acknowledged:
+        return None
+    return (
+        "failed to implement before; select it again only with an explicit acknowledgement "
+        f"(--acknowledge {method.id})"
+    )
+
+
+def _skip_condition(method: Method, _registry: MethodRegistry, context: SelectionContext) -> str | None:
+    evidence = context.evidence
+    return _skip_reason(method, evidence.values, set(context.dtypes), evidence.tags)
+
+
+def _untriggered(method: Method, _registry: MethodRegistry, context: SelectionContext) -> str | None:
+    values = context.evidence.values
+    if method.trigger.holds(values):
+        return None
+    conditions = (*method.trigger.all, *method.trigger.any)
+    return "not triggered by the evidence: " + "; ".join(_condition_text(c, values) for c in conditions)
+
+
+# The gates in the order the scan applies them (the module docstring), each marked hard when it binds an
+# agent's own choice too: what the hardware, the backend and the numerics mode cannot do, and what the
+# run's history rules out. The others are the scan's reading of the evidence, which an agent may overrule.
+GATES: tuple[tuple[Gate, bool], ...] = (
+    (_selected_before, False),
+    (_backend, True),
+    (_architecture, True),
+    (_numerics, True),
+    (_near_floor, False),
+    (_ineffective, True),
+    (_implementation_failed, True),
+    (_skip_condition, False),
+    (_untriggered, False),
+)
+
+
+def _refusal(method: Method, registry: MethodRegistry, context: SelectionContext) -> str | None:
+    """The first gate's reason for refusing ``method``, in ``GATES``' order, or None."""
+    for gate, _hard in GATES:
+        reason = gate(method, registry, context)
+        if reason:
+            return reason
+    return None
+
+
+def _hard_refusals(method: Method, registry: MethodRegistry, context: SelectionContext) -> list[str]:
+    """Every hard gate's reason for refusing ``method``."""
+    reasons = (gate(method, registry, context) for gate, hard in GATES if hard)
+    return [reason for reason in reasons if reason]
+
+
+def _conflict(method: Method, chosen: Sequence[str]) -> str | None:
+    clash = [other for other in chosen if other in method.relations.conflicts]
+    return f"conflicts with {', '.join(clash)}, chosen this round" if clash else None
+
+
+def _group_taken(method: Method, groups_used: dict[str, str]) -> str | None:
+    group = method.relations.same_budget
+    if group and group in groups_used:
+        return f"same-budget group {group!r} already holds a slot this round ({groups_used[group]})"
     return None
 
 
 def _clash(method: Method, chosen: list[Picked], groups_used: dict[str, str]) -> str | None:
     """Why ``method`` cannot join the methods chosen this round, or None."""
-    clash = [p.id for p in chosen if p.id in method.relations.conflicts]
-    if clash:
-        return f"conflicts with {', '.join(clash)}, chosen this round"
-    group = method.relations.same_budget
-    if group and group in groups_used:
-        return f"same-budget group {group!r} already holds a slot this round ({groups_used[group]})"
-    return None
+    return _conflict(method, [p.id for p in chosen]) or _group_taken(method, groups_used)
 
 
 def _underfilled(left: int, slots: int, floor_share: float | None) -> str:
@@ -293,3 +406,115 @@ def _underfilled(left: int, slots: int, floor_share: float | None) -> str:
         )
         + "; no filler is added"
     )
+
+
+# ------------------------------------------------------------------------------------ an agent's choice
+
+
+@frozen
+class Choice:
+    """Methods an agent chose itself (``kopt select --methods ... --why ...``), in its order."""
+
+    methods: tuple[str, ...] = field(converter=as_tuple)
+    why: str | None = None
+
+
+class ChoiceRejected(ConfigError):
+    """An agent's choice that breaks hard constraints (exit 4); ``problems`` names each one."""
+
+    def __init__(self, problems: Sequence[str], scan_ids: Sequence[str]):
+        self.problems = tuple(problems)
+        picks = ", ".join(scan_ids) or "none"
+        super().__init__(
+            f"the chosen methods are refused ({len(self.problems)} problem(s)); nothing was written:\n"
+            + "\n".join(f"  - {problem}" for problem in self.problems),
+            hint=f"the scan's own picks on this evidence: {picks}; the rules: docs/loop.md, "
+            '"Choosing methods yourself"',
+        )
+
+
+def validate_choice(registry: MethodRegistry, context: SelectionContext, choice: Choice) -> Selection:
+    """The selection of an agent's ``choice``: its methods as ``selected``, with its reason, beside the
+    scan's own picks (``scan_selected``, ``skipped`` and ``underfilled`` are the scan's). Raises
+    ChoiceRejected naming every hard constraint the choice breaks."""
+    scan = select_methods(registry, context)
+    problems = _choice_problems(registry, context, choice)
+    if problems:
+        raise ChoiceRejected(problems, scan.ids)
+    picked = []
+    for method in _known(registry, choice.methods):
+        # an untriggered method's evidence is what the trigger asked and what was measured
+        untriggered = _untriggered(method, registry, context)
+        pick = _picked(method, context.evidence.values)
+        picked.append(attrs.evolve(pick, evidence=untriggered) if untriggered else pick)
+    return attrs.evolve(scan, selected=picked, chosen_by="agent", why=(choice.why or "").strip())
+
+
+def _choice_problems(registry: MethodRegistry, context: SelectionContext, choice: Choice) -> list[str]:
+    """Every hard constraint ``choice`` breaks, in words; empty when it may be selected."""
+    problems: list[str] = []
+    if not (choice.why or "").strip():
+        problems.append("no reason given: say why you chose these methods (--why); it is recorded")
+    if not choice.methods:
+        problems.append("no method chosen: give at least one method id")
+    methods: list[Method] = []
+    for method_id in dict.fromkeys(choice.methods):  # each id once, in its order
+        if choice.methods.count(method_id) > 1:
+            problems.append(f"{method_id} is chosen {choice.methods.count(method_id)} times")
+        method = registry.get(method_id)
+        if method is None:
+            problems.append(_unknown(method_id, registry))
+            continue
+        problems += [f"{method_id}: {reason}" for reason in _hard_refusals(method, registry, context)]
+        methods.append(method)
+    return problems + _relation_problems(methods) + _budget_problems(methods, context.evidence.budget)
+
+
+def _budget_problems(methods: list[Method], budget: dict) -> list[str]:
+    """An axis with more than ``AXIS_CAP`` methods, and more methods than the iteration's budget."""
+    problems: list[str] = []
+    for axis in AXES:
+        on_axis = [m.id for m in methods if m.axis == axis]
+        if len(on_axis) > AXIS_CAP:
+            problems.append(
+                f"the {axis} axis gets {len(on_axis)} methods ({', '.join(on_axis)}): at most {AXIS_CAP} "
+                "per axis"
+            )
+    total = total_slots(budget)
+    if len(methods) > total:
+        shown = ", ".join(f"{axis} {axis_slots(budget, axis)}" for axis in AXES)
+        problems.append(
+            f"{len(methods)} methods chosen, but this iteration's budget from the roofline gaps is "
+            f"{total} ({shown})"
+        )
+    return problems
+
+
+def _relation_problems(methods: list[Method]) -> list[str]:
+    """The registry relations a set of methods breaks: conflicting pairs, two of one same-budget group."""
+    problems: list[str] = []
+    groups_used: dict[str, str] = {}
+    for index, method in enumerate(methods):
+        for reason in (
+            _conflict(method, [m.id for m in methods[:index]]),
+            _group_taken(method, groups_used),
+        ):
+            if reason:
+                problems.append(f"{method.id}: {reason}")
+        if method.relations.same_budget:
+            groups_used.setdefault(method.relations.same_budget, method.id)
+    return problems
+
+
+def _known(registry: MethodRegistry, ids: Sequence[str]) -> list[Method]:
+    """The registry's methods among ``ids``, each once, in their order."""
+    found = (registry.get(method_id) for method_id in dict.fromkeys(ids))
+    return [method for method in found if method is not None]
+
+
+def _unknown(method_id: str, registry: MethodRegistry) -> str:
+    ids = registry.ids()
+    named = [i for i in ids if i.partition(".")[2] == method_id]  # the name without its axis
+    close = named or difflib.get_close_matches(method_id.lower(), ids, n=2, cutoff=0.75)
+    nearest = f"; did you mean {' or '.join(close)}?" if close else ""
+    return f"unknown method id {method_id!r}: not in the method registry{nearest}"

@@ -36,16 +36,22 @@ METHODS_FILE = "methods.json"
 
 
 def iteration_methods(iteration_dir: str | os.PathLike[str]) -> tuple[str, ...]:
-    """The method ids ``kopt select`` chose for the iteration (its methods.json, read strictly: a missing
-    or malformed file is a ConfigError naming the step that writes it)."""
-    from kopt_core.knowledge.select import SELECTION_SCHEMA_VERSION, Selection
+    """The iteration's selected method ids, the scan's or an agent's (its methods.json, read strictly and
+    migrated from older versions: a missing or malformed file is a ConfigError naming the step that
+    writes it)."""
+    from kopt_core.knowledge.select import SELECTION_KIND, SELECTION_SCHEMA_VERSION, Selection
 
     path = Path(iteration_dir) / METHODS_FILE
     if not path.is_file():
         step = f"kopt select --iter {iteration_number(iteration_dir) or 'I'}"
         raise ConfigError(f"{path} does not exist: {step} first", hint="the loop's order: docs/loop.md")
     selection = read_record(
-        path, "methods", SELECTION_SCHEMA_VERSION, Selection, what=str(path), hint="run kopt select again"
+        path,
+        SELECTION_KIND,
+        SELECTION_SCHEMA_VERSION,
+        Selection,
+        what=str(path),
+        hint="run kopt select again",
     )
     return tuple(picked.id for picked in selection.selected)
 

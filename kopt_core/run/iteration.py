@@ -137,12 +137,24 @@ def profile_in_run(pm, store: RunStore, iteration: int, which: str) -> Path:
         return Path(outcome.summary.report)
 
 
-def select_in_run(pm, store: RunStore, iteration: int, *, acknowledged: tuple[str, ...] = ()) -> Path:
-    """``kopt select --state S --iter I [--acknowledge ID]``: methods.json and analysis.md in iterv{I}/
-    from its best_input profile, the run's method history and its numerics mode. An implementation-failed
-    method is considered again only when ``acknowledged`` names it."""
+def select_in_run(
+    pm,
+    store: RunStore,
+    iteration: int,
+    *,
+    acknowledged: tuple[str, ...] = (),
+    methods: tuple[str, ...] = (),
+    why: str | None = None,
+) -> Path:
+    """``kopt select --state S --iter I [--acknowledge ID] [--methods A,B --why TEXT]``: methods.json and
+    analysis.md in iterv{I}/ from its best_input profile, the run's method history and its numerics mode.
+    An implementation-failed method is considered again only when ``acknowledged`` names it. With
+    ``methods`` an agent chooses: they are selected when they pass the hard constraints (docs/loop.md,
+    "Choosing methods yourself"), with ``why`` and beside the scan's own picks; a refused choice is one
+    ConfigError naming every problem, and nothing is written."""
     from kopt_core.hardware import arch_for_capability
     from kopt_core.steps.select import (
+        choice_of,
         read_evidence,
         read_traits,
         render_analysis,
@@ -150,6 +162,7 @@ def select_in_run(pm, store: RunStore, iteration: int, *, acknowledged: tuple[st
         write_selection,
     )
 
+    choice = choice_of(tuple(methods), why)
     with store.locked("select"):
         state = store.load()
         folder = iteration_dir(state.run_dir, iteration)
@@ -171,6 +184,7 @@ def select_in_run(pm, store: RunStore, iteration: int, *, acknowledged: tuple[st
             acknowledged=acknowledged,
             dtypes=_input_dtypes(state),
             sass_mnemonics=mnemonics,
+            choice=choice,
         )
         notes = [traits]
         return write_selection(

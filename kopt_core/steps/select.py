@@ -1,5 +1,6 @@
-"""``kopt select``: the deterministic priority scan over a profile's evidence, written as methods.json
-and analysis.md (from references/templates/iteration_report.md)."""
+"""``kopt select``: the deterministic priority scan over a profile's evidence, or an agent's own choice
+checked against the hard constraints beside it, written as methods.json and analysis.md (from
+references/templates/iteration_report.md)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,14 @@ from kopt_core.jsonio import write_json, write_text_atomic
 from kopt_core.knowledge.evidence import floor_share, roofline_evidence
 from kopt_core.knowledge.methods import load_methods
 from kopt_core.knowledge.select import (
+    Choice,
     ProfileEvidence,
     Selection,
     SelectionContext,
+    axis_slots,
     kernel_tags,
     select_methods,
+    validate_choice,
 )
 from kopt_core.records import to_data
 from kopt_core.records.converter import read_document
@@ -90,10 +94,27 @@ def check_standalone_options(
     return arch
 
 
+def choice_of(methods: tuple[str, ...], why: str | None) -> Choice | None:
+    """An agent's choice from ``--methods`` and ``--why``; None (the scan chooses) when no method is
+    given. A reason without methods is a ConfigError: it would explain nothing."""
+    if methods:
+        return Choice(methods=methods, why=why)
+    if why is not None:
+        raise ConfigError("--why explains a choice of methods: give --methods with it, or neither")
+    return None
+
+
 def select_from_evidence(
-    roofline: Roofline, ncu_top: NcuTop, *, sass_mnemonics: list[str] | None = None, **context
+    roofline: Roofline,
+    ncu_top: NcuTop,
+    *,
+    sass_mnemonics: list[str] | None = None,
+    choice: Choice | None = None,
+    **context,
 ) -> Selection:
-    """The scan on one profile; ``context`` holds the other fields of a ``SelectionContext``."""
+    """The scan on one profile, or ``choice`` checked against the hard constraints beside the scan's
+    picks (ChoiceRejected, a ConfigError, names every one it breaks); ``context`` holds the other fields
+    of a ``SelectionContext``."""
     evidence = ProfileEvidence(
         budget=dict(roofline.axis_budget),
         bound=roofline.bound,
@@ -101,11 +122,53 @@ def select_from_evidence(
         floor_share=floor_share(roofline),
         tags=kernel_tags(sass_mnemonics, kernels=ncu_top.kernels),
     )
-    return select_methods(load_methods(), SelectionContext(evidence=evidence, **context))
+    selection_context = SelectionContext(evidence=evidence, **context)
+    if choice is None:
+        return select_methods(load_methods(), selection_context)
+    return validate_choice(load_methods(), selection_context, choice)
 
 
 def _lines(rows: list[str]) -> str:
     return "\n".join(f"- {row}" for row in rows) or "- none"
+
+
+def _ids(ids: tuple[str, ...]) -> str:
+    return ", ".join(f"`{i}`" for i in ids) or "none"
+
+
+def who_chose(selection: Selection) -> list[str]:
+    """analysis.md's words on who chose the methods and, for an agent, why and how its choice departs
+    from the scan's picks on the same evidence."""
+    if selection.chosen_by == "scan":
+        return ["the budget-aware priority scan (docs/loop.md): its picks are the methods selected below"]
+    rows = [
+        'an agent, overruling the scan where they differ (docs/loop.md, "Choosing methods yourself"); '
+        "the choice passed every hard constraint",
+        f"why, in the agent's words: {selection.why}",
+        f"the agent's methods: {_ids(selection.ids)}",
+        f"the scan's own picks on this evidence: {_ids(selection.scan_ids)}",
+    ]
+    skipped = {s.id: s.reason for s in selection.skipped}
+    for picked in selection.selected:
+        if picked.id in selection.scan_ids:
+            rows.append(f"`{picked.id}`: the scan picked it too")
+        elif picked.id in skipped:
+            rows.append(f"`{picked.id}`: chosen although the scan skipped it: {skipped[picked.id]}")
+        else:
+            rows.append(
+                f"`{picked.id}`: chosen on the {picked.axis} axis, which the scan did not scan: its budget "
+                f"is {selection.budget.get(picked.axis, 0)}"
+            )
+    rows += [
+        f"`{method}`: the scan's pick, left out by the agent"
+        for method in selection.scan_ids
+        if method not in selection.ids
+    ]
+    for axis, slots in selection.budget.items():
+        taken = sum(1 for p in selection.selected if p.axis == axis)
+        if taken != axis_slots(selection.budget, axis):
+            rows.append(f"{axis}: {taken} method(s) chosen against its budget of {slots}")
+    return rows
 
 
 def render_analysis(
@@ -130,6 +193,7 @@ def render_analysis(
         if selection.floor_share is None
         else f"{selection.floor_share:.3f}",
         top_metrics=_lines(top),
+        chosen_by=_lines(who_chose(selection)),
         selected=_lines(
             [
                 f"`{p.id}` ({p.axis}, priority {p.priority}, {p.numerics}): {p.evidence}; card "
@@ -192,11 +256,16 @@ def select_standalone(
     sass_path: str | Path | None = None,
     out_dir: str | Path | None = None,
     installed_backends: tuple[str, ...] = (),
+    methods: tuple[str, ...] = (),
+    why: str | None = None,
 ) -> Path:
     """``kopt select --roofline R --ncu-top T``: the scan on any profile, without a run's history. The
     kernel's traits (shared-memory staging, MMA instructions...) come from ``sass_path``, else from the
     SASS listing kopt profile kept beside roofline.json. ``installed_backends`` are accepted as
-    ``backend`` besides those the method registry names."""
+    ``backend`` besides those the method registry names. With ``methods`` (and ``why``, then required)
+    those methods are selected when they pass the hard constraints, beside the scan's own picks; a
+    refused choice writes nothing."""
+    choice = choice_of(tuple(methods), why)
     arch = check_standalone_options(arch, backend, tuple(dtypes), installed_backends=installed_backends)
     roofline, ncu_top = read_evidence(roofline_path, ncu_top_path)
     mnemonics, traits = read_traits(sass_path, profile_dir=Path(roofline_path).parent)
@@ -208,6 +277,7 @@ def select_standalone(
         numerics_mode=numerics_mode,
         dtypes=tuple(dtypes),
         sass_mnemonics=mnemonics,
+        choice=choice,
     )
     analysis = render_analysis(
         selection,

@@ -185,6 +185,25 @@ def test_select_standalone_on_real_evidence(tmp_path):
     assert proc.returncode == 4 and doc["error"]["type"] == "ConfigError"
 
 
+def test_select_an_agent_s_choice_accepted_and_refused(tmp_path):
+    evidence = FIXTURES / "runs" / "sgemm_naive"
+    args = ("select", "--roofline", evidence / "roofline.json", "--ncu-top", evidence / "ncu_top.json")
+    why = ("--why", "stage the B tile in shared memory")
+    proc, doc = kopt(*args, "--out", tmp_path, "--methods", "memory.smem_tiling", *why, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert doc["result"]["path"] == str(tmp_path / "methods.json")
+    methods = json.loads((tmp_path / "methods.json").read_text())
+    assert methods["chosen_by"] == "agent" and [p["id"] for p in methods["selected"]] == [
+        "memory.smem_tiling"
+    ]
+    refused = tmp_path / "refused"
+    proc, doc = kopt(*args, "--out", refused, "--methods", "compute.split_k,compute.stream_k", *why, "--json")
+    assert proc.returncode == 4 and doc["result"] is None and doc["error"]["type"] == "ChoiceRejected"
+    assert "compute.stream_k: conflicts with compute.split_k" in doc["error"]["message"]
+    assert doc["error"]["hint"].startswith("the scan's own picks on this evidence: ")
+    assert not (refused / "methods.json").exists()
+
+
 @pytest.mark.parametrize("command", [("seed",), ("iter", "open", "--iter", "1"), ("select", "--iter", "1")])
 def test_run_steps_on_a_missing_run(tmp_path, command):
     proc, doc = kopt(*command, "--state", tmp_path / "nope" / "state.json", "--json")

@@ -259,6 +259,7 @@ def test_the_catalog_has_one_card_per_method_and_the_template_fills():
         "axis_budget",
         "floor_share",
         "top_metrics",
+        "chosen_by",
         "selected",
         "skipped",
         "underfilled",

@@ -169,3 +169,153 @@ def test_run_form_needs_an_acknowledgement_for_an_implementation_failed_method(m
     assert proc.returncode == 0, proc.stderr
     admitted = json.loads((folder / "methods.json").read_text())
     assert "memory.coalescing" in [p["id"] for p in admitted["selected"]]
+
+
+# ----------------------------------------------------------------------------- an agent's own choice
+WHY = "stage the B tile in shared memory and unroll the k loop: L1 serves 88% hits at 99% throughput"
+
+
+def cuda_run_with_the_naive_profile(make_pm, tmp_path):
+    """The run above, judged as the CUDA kernel its profile came from (selection reads only the backend
+    name)."""
+    pm, store, folder = run_with_the_naive_profile(make_pm, tmp_path)
+    store.update(backend="cuda")
+    return pm, store, folder
+
+
+def test_run_form_records_an_agent_s_choice_beside_the_scan_s_picks(make_pm, tmp_path):
+    from kopt_core.run.candidates import iteration_methods
+
+    pm, store, folder = cuda_run_with_the_naive_profile(make_pm, tmp_path)
+    scan = json.loads(select_in_run(pm, store, 1).read_text())
+    assert scan["chosen_by"] == "scan" and scan["why"] is None and scan["schema_version"] == 2
+    assert scan["scan_selected"] == scan["selected"]
+    assert "the budget-aware priority scan" in (folder / "analysis.md").read_text()
+    scan_ids = [p["id"] for p in scan["selected"]]
+    chosen = ["memory.smem_tiling", "compute.loop_unrolling"]
+    assert "compute.loop_unrolling" not in scan_ids
+    proc = kopt(
+        "select", "--state", store.state_path, "--iter", "1", "--methods", ",".join(chosen), "--why", WHY
+    )
+    assert proc.returncode == 0, proc.stderr
+    methods = json.loads((folder / "methods.json").read_text())
+    assert methods["chosen_by"] == "agent" and methods["why"] == WHY
+    assert [p["id"] for p in methods["selected"]] == chosen
+    assert methods["scan_selected"] == scan["selected"]  # the scan's ranking, beside the choice
+    assert methods["skipped"] == scan["skipped"] and methods["budget"] == scan["budget"]
+    assert iteration_methods(folder) == tuple(chosen)  # what explore, sass and update read
+    analysis = (folder / "analysis.md").read_text()
+    who = analysis[analysis.index("## Who chose") : analysis.index("## Methods selected")]
+    assert f"why, in the agent's words: {WHY}" in who
+    assert "the scan's own picks on this evidence: " + ", ".join(f"`{m}`" for m in scan_ids) in who
+    assert "`memory.smem_tiling`: the scan picked it too" in who
+    skipped = {s["id"]: s["reason"] for s in scan["skipped"]}
+    assert (
+        f"`compute.loop_unrolling`: chosen although the scan skipped it: {skipped['compute.loop_unrolling']}"
+        in who
+    )
+    for left_out in set(scan_ids) - set(chosen):
+        assert f"`{left_out}`: the scan's pick, left out by the agent" in who
+
+
+def test_a_refused_choice_writes_nothing(make_pm, tmp_path):
+    pm, store, folder = cuda_run_with_the_naive_profile(make_pm, tmp_path)
+    refused = ("--methods", "compute.split_k,compute.stream_k,memory.smem_tile", "--why", WHY)
+    proc = kopt("select", "--state", store.state_path, "--iter", "1", *refused)
+    assert proc.returncode == 4
+    assert "compute.stream_k: conflicts with compute.split_k, chosen this round" in proc.stderr
+    assert "unknown method id 'memory.smem_tile'" in proc.stderr and "(2 problem(s))" in proc.stderr
+    assert not (folder / "methods.json").exists() and not (folder / "analysis.md").exists()
+    # after a selection, a refused choice leaves it as it was
+    select_in_run(pm, store, 1)
+    before = {name: (folder / name).read_bytes() for name in ("methods.json", "analysis.md")}
+    assert kopt("select", "--state", store.state_path, "--iter", "1", *refused).returncode == 4
+    assert {name: (folder / name).read_bytes() for name in before} == before
+
+
+def test_an_implementation_failed_method_needs_the_acknowledgement_in_an_agent_s_choice(make_pm, tmp_path):
+    pm, store, folder = cuda_run_with_the_naive_profile(make_pm, tmp_path)
+    store.update(implementation_failed_methods=("memory.smem_tiling",))
+    choose = (
+        "select",
+        "--state",
+        store.state_path,
+        "--iter",
+        "1",
+        "--methods",
+        "memory.smem_tiling",
+        "--why",
+        WHY,
+    )
+    proc = kopt(*choose)
+    assert proc.returncode == 4 and not (folder / "methods.json").exists()
+    assert "memory.smem_tiling: failed to implement before" in proc.stderr
+    assert "--acknowledge memory.smem_tiling" in proc.stderr
+    proc = kopt(*choose, "--acknowledge", "memory.smem_tiling")
+    assert proc.returncode == 0, proc.stderr
+    methods = json.loads((folder / "methods.json").read_text())
+    assert [p["id"] for p in methods["selected"]] == ["memory.smem_tiling"] and methods[
+        "chosen_by"
+    ] == "agent"
+
+
+def test_an_ineffective_method_is_refused_until_the_bound_changes(make_pm, tmp_path):
+    """The run's history says memory.smem_tiling proved ineffective in iteration 1; iteration 2 is
+    profiled with the naive SGEMM's evidence."""
+    from kopt_core.records.state import HistoryEntry, RooflineHistoryEntry
+
+    pm, store, _ = cuda_run_with_the_naive_profile(make_pm, tmp_path)
+    folder = store.run_dir / "iterv2"
+    import_profile(FIXTURES / "naive_full_raw.csv", folder, workload=SGEMM, peak_dtype="float32")
+    bound = json.loads((folder / "roofline.json").read_text())["bound"]
+    history = (HistoryEntry(iteration=1, kernel="", best_ms=None, methods=("memory.smem_tiling",)),)
+    choose = (
+        "select",
+        "--state",
+        store.state_path,
+        "--iter",
+        "2",
+        "--methods",
+        "memory.smem_tiling",
+        "--why",
+        WHY,
+    )
+    for bound_then, code in ((bound, 4), ("latency" if bound != "latency" else "compute", 0)):
+        store.update(
+            history=history,
+            roofline_history=(RooflineHistoryEntry(iteration=1, bound=bound_then),),
+            ineffective_methods=("memory.smem_tiling",),
+        )
+        proc = kopt(*choose)
+        assert proc.returncode == code, proc.stderr
+        assert (f"proved ineffective under the same bound ({bound})" in proc.stderr) is (code == 4)
+        assert (folder / "methods.json").exists() is (code == 0)
+
+
+def test_a_reason_goes_with_methods_and_methods_with_a_reason(make_pm, tmp_path):
+    pm, store, folder = cuda_run_with_the_naive_profile(make_pm, tmp_path)
+    run = ("select", "--state", store.state_path, "--iter", "1")
+    no_reason = kopt(*run, "--methods", "memory.smem_tiling")
+    assert no_reason.returncode == 4 and "no reason given" in no_reason.stderr
+    no_methods = kopt(*run, "--why", WHY)
+    assert no_methods.returncode == 4 and "give --methods with it" in no_methods.stderr
+    empty = kopt(*run, "--methods", " , ", "--why", WHY)
+    assert empty.returncode == 4 and "give method ids separated by commas" in empty.stderr
+    assert not (folder / "methods.json").exists()
+
+
+def test_a_v1_methods_json_reads_as_the_scan_s_choice(tmp_path):
+    """methods.json as kopt select wrote it at schema v1 (on this profile's evidence, before agents could
+    choose): explore, sass and update read its methods, and it reads as the scan's selection."""
+    from kopt_core.knowledge.select import SELECTION_KIND, Selection
+    from kopt_core.records.converter import read_document
+    from kopt_core.run.candidates import iteration_methods
+
+    v1 = FIXTURES / "runs" / "sgemm_naive" / "methods_v1.json"
+    data = json.loads(v1.read_text())
+    assert data["schema_version"] == 1 and "chosen_by" not in data
+    shutil.copy(v1, tmp_path / "methods.json")
+    assert iteration_methods(tmp_path) == ("compute.register_tiling", "memory.smem_tiling")
+    selection = read_document(tmp_path / "methods.json", Selection, SELECTION_KIND)
+    assert selection.chosen_by == "scan" and selection.why is None and selection.schema_version == 2
+    assert selection.scan_selected == selection.selected and len(selection.skipped) == len(data["skipped"])
