@@ -1,24 +1,29 @@
 # mypy: disable-error-code="empty-body"
 # (hookspecs are signatures only: pluggy never runs their bodies, a docstring is all they hold)
-"""The backend contract: every hook kopt calls. Plugins implement them with ``@kopt_core.hookimpl``.
+"""The plugin contract: every hook kopt calls. Plugins implement them with ``@kopt_core.hookimpl``.
 
 How hooks are called
     Always with keyword arguments. An implementation may accept fewer arguments than its spec, so specs
     grow by adding arguments, never by renaming or removing them.
 
 Who answers
-    ``kopt_register_backends`` is broadcast: every plugin may register backends. Every other hook is a
-    per-backend hook: the core calls it on the one plugin that registered the backend in question (the
-    *owner*), through ``kopt_core.backends.BackendHooks``. An implementation therefore never checks
-    whether a call is its own. A plugin that registers two backends reads ``backend`` (or
-    ``candidate.backend``, ``artifact.backend``) to tell them apart.
+    ``kopt_register_backends`` and ``kopt_register_generators`` are broadcast: every plugin may register
+    backends and generators. Every other hook is a per-backend hook: the core calls it on the one plugin
+    that registered the backend in question (the *owner*), through ``kopt_core.backends.BackendHooks``.
+    An implementation therefore never checks whether a call is its own. A plugin that registers two
+    backends reads ``backend`` (or ``candidate.backend``, ``artifact.backend``) to tell them apart.
 
 Required and optional
     A backend must implement ``kopt_preflight`` and ``kopt_compile``. The others are optional: when the
     owner leaves one out, the core uses the default that each docstring names. Defaults live in
     ``kopt_core.backends``, so a backend never writes a hook that only forwards to a shared function.
 
-docs/plugins.md writes a backend from scratch with these hooks.
+Generators
+    A generator writes an iteration's candidate kernels (docs/loop.md, step 3d). It is an object, not a
+    hook: a plugin registers ``GeneratorInfo(name, description, generate)`` and the core calls
+    ``generate(context)`` on the one the run names (``kopt_core.generate``).
+
+docs/plugins.md writes a backend from scratch with these hooks, and a generator.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    from kopt_core.generate.base import GeneratorInfo
     from kopt_core.records import (
         Artifact,
         BackendInfo,
@@ -59,6 +65,21 @@ def kopt_register_backends(register: Callable[[BackendInfo], None]) -> None:
     Broadcast to every plugin; the return value is ignored. The plugin that registers a backend owns it:
     kopt sends that backend's per-backend hooks to this plugin alone. A name registered by two plugins is
     a clash that ``kopt backends`` reports: neither can be used until ``KOPT_PLUGINS`` leaves one out.
+    """
+
+
+@hookspec
+def kopt_register_generators(register: Callable[[GeneratorInfo], None]) -> None:
+    """Register the generators this plugin provides: call ``register(GeneratorInfo(...))`` once for each.
+
+    Broadcast to every plugin; the return value is ignored. A generator writes an iteration's candidates
+    (``iterv{i}/branches/b{n}/kernel.<ext>``, ``ablations/<method>/kernel.<ext>`` and candidates.json).
+    The core calls ``info.generate(context)`` with a ``kopt_core.generate.GenerationContext`` after it
+    has written the iteration's brief, and validates whatever the generator says it wrote with the strict
+    candidates.json loader. A name registered by two plugins is a clash: neither can be used until
+    ``KOPT_PLUGINS`` leaves one out.
+
+    Added with the generators (kopt-core 0.1.0).
     """
 
 

@@ -46,9 +46,13 @@ def run_in_group(
     timeout_s: float,
     env: dict | None = None,
     log_path: str | os.PathLike | None = None,
+    cwd: str | os.PathLike | None = None,
+    stdin: int | None = None,
 ) -> Ran:
     """Run ``command`` capturing its text output (or, with ``log_path``, writing stdout and stderr there);
-    on timeout kill its whole process group. Never raises for the command's own failures."""
+    on timeout kill its whole process group. Never raises for the command's own failures. ``cwd`` is the
+    folder it runs in; ``stdin`` what it reads (``subprocess.DEVNULL`` for a command that must not wait on
+    kopt's own input; default: kopt's)."""
     started = time.perf_counter()
     log = open(log_path, "w") if log_path is not None else None
     try:
@@ -60,6 +64,8 @@ def run_in_group(
                 text=True,
                 errors="replace",
                 env=env,
+                cwd=cwd,
+                stdin=stdin,
                 start_new_session=True,
             )
         except OSError as exc:

@@ -27,7 +27,15 @@ def test_every_subpackage_is_listed(folder):
 
 
 def test_entry_points_name_the_plugin_modules():
-    for folder, name in [("kopt_cuda", "cuda"), ("kopt_triton", "triton"), ("kopt_cutlass", "cutlass")]:
+    plugins = [
+        ("kopt_cuda", "cuda"),
+        ("kopt_triton", "triton"),
+        ("kopt_cutlass", "cutlass"),
+        ("kopt_core", "kopt_agent"),  # the built-in generators register like any third-party plugin
+        ("kopt_core", "kopt_command"),
+    ]
+    for folder, name in plugins:
         project = tomllib.loads((REPO / folder / "pyproject.toml").read_text())["project"]
         module = project["entry-points"]["kopt"][name]
-        assert (REPO / folder / (module.split(".", 1)[1] + ".py")).is_file()
+        assert module.split(".")[0] == folder
+        assert (REPO / folder / Path(*module.split(".")[1:])).with_suffix(".py").is_file()
