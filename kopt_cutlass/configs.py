@@ -1,0 +1,601 @@
+"""SM90 CUTLASS GEMM configurations: listed by ``cutlass_library``, written out as kopt CUTLASS kernels.
+
+The nvidia-cutlass wheel carries ``cutlass_library``, the generator CUTLASS builds its kernel library
+from. Without a GPU or a compiler it lists every SM90 GEMM that library would instantiate, each with its
+tile shape, cluster shape, stages, kernel schedule, epilogue schedule, tile scheduler, element types,
+layouts and alignment. ``enumerate_sm90_gemms`` keeps the ones that fit one problem kind (element types,
+A/B layouts) and are dense single GEMMs of CUTLASS's 3.x API (``GemmKind.Universal3x``: not sparse,
+grouped or pointer-array, blockwise-scaled, nor the 2.x API), as ``CutlassGemmConfig`` records.
+``emit_kernel`` writes one as a kernel file kopt's CUTLASS backend builds (``templates/gemm_sm90.cu.in``):
+CollectiveBuilder mainloop and epilogue, GemmUniversal, GemmUniversalAdapter, and
+``extern "C" void solve(const A*, const B*, C*, int M, int N, int K)`` with the conventions of
+examples/cutlass/gemm_sm90_tma_ws, whose ref.py checks the ``tn`` kernels.
+
+A kernel differs from its listing in three ways, all outside the mainloop:
+
+- C is row-major (kopt's references write an (M, N) tensor). The listing's C is always column-major;
+  CUTLASS's epilogue builders take either layout, and the tile, cluster, stages and schedules are the
+  listed ones.
+- The epilogue has no source operand (``ElementC = void``): kopt's GEMM is C = A @ B. Listings that
+  differ only in their source element are one config (named after the source-free listing when there is
+  one); dropping the source only frees shared memory, so each still fits.
+- C's alignment is 16 bytes whatever the listing says (``_OUTPUT_ALIGNMENT_BITS`` says why).
+
+Listed GEMMs that cannot be written this way are excluded, with the reason (``GemmListing.excluded``):
+the mixed-input GEMMs (A and B of different widths, ``EXCLUDED_MIXED_*``). Everything else of the kinds
+above is written, the transposed epilogue of fp32 GEMMs with both operands row-major included (it undoes
+the mainloop's swap of A and B whatever C's layout).
+
+What the listing holds depends on CUTLASS's instantiation level. ``instantiation_level=None`` is the set
+CUTLASS builds when a kernel list is given (each generator's own default: for 16-bit inputs, clusters of
+two CTAs and tiles from 64x256 to 256x256, all K 64); an integer is CUTLASS's global level, whose digits
+widen the pruning, cluster sizes, MMA multipliers and instruction shapes (231 adds 1x1x1 clusters to the
+TMA kernels; 9992 is exhaustive and takes minutes). The raw listing is made once per level and process
+(about 3 s for the default level, 4 to 8 s for 231, on a 2-core machine) and every query is cached.
+
+Importing this module has no side effects; ``cutlass_library`` is imported on the first enumeration.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import importlib.resources
+import math
+import os
+import string
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from attrs import field, frozen
+
+from kopt_core.errors import ConfigError, HardwareError
+from kopt_core.jsonio import write_text_atomic
+from kopt_core.records.fields import as_tuple
+
+ARCH = 90
+LAYOUTS = ("nn", "nt", "tn", "tt")  # A then B; t = row-major, n = column-major (BLAS/CUTLASS letters)
+# The toolkit the generator is told of. Its SM90 GEMMs ask for CUDA 12.3 at most, so any newer version
+# lists the same set.
+LISTING_CUDA_VERSION = "13.0"
+TEMPLATE = "gemm_sm90.cu.in"
+
+# Mixed-input GEMMs (A and B of different widths) are the listed kind this module does not write.
+EXCLUDED_MIXED_SCALES = (
+    "mixed-input GEMM with scales: its mainloop also reads per-group scales (and zero points) of the "
+    "narrower operand, which solve(A, B, C, M, N, K) has no buffers for"
+)
+EXCLUDED_MIXED_SHUFFLED = (
+    "mixed-input GEMM with a shuffled operand: it reads the narrower operand reordered in memory "
+    "(compute_memory_reordering_atom), not in the layout kopt's buffers have"
+)
+EXCLUDED_MIXED_CONVERT = (
+    "mixed-input GEMM (convert only): its mainloop converts the narrower operand in registers before the "
+    "wgmma, a path kopt's template has never been built for; left out until a build covers it"
+)
+
+CUTLASS_HINT = "kopt-cutlass needs the nvidia-cutlass wheel, whose cutlass_library lists configurations"
+
+
+@frozen
+class _Element:
+    """How one cutlass_library element type appears in a kernel."""
+
+    cutlass: str  # the CUTLASS type the collectives are instantiated with
+    pointer: str  # the element type of solve's pointer (one kopt_cuda.signature maps to a torch dtype)
+    words: str  # for people
+
+
+# cutlass_library's short names; only types solve can declare (kopt_cuda.signature.TORCH_DTYPE_OF).
+ELEMENTS: dict[str, _Element] = {
+    "f16": _Element("cutlass::half_t", "cutlass::half_t", "fp16"),
+    "bf16": _Element("cutlass::bfloat16_t", "cutlass::bfloat16_t", "bf16"),
+    "f32": _Element("float", "float", "fp32"),
+    "tf32": _Element("cutlass::tfloat32_t", "float", "tf32 (fp32 storage)"),  # same 32 bits, read as tf32
+    "e4m3": _Element("cutlass::float_e4m3_t", "cutlass::float_e4m3_t", "fp8 e4m3"),
+    "e5m2": _Element("cutlass::float_e5m2_t", "cutlass::float_e5m2_t", "fp8 e5m2"),
+    "s8": _Element("int8_t", "int8_t", "int8"),
+    "u8": _Element("uint8_t", "uint8_t", "uint8"),
+    "s32": _Element("int32_t", "int32_t", "int32"),
+}
+
+
+def _triple(values: Iterable[int]) -> tuple[int, int, int]:
+    m, n, k = (int(value) for value in values)
+    return (m, n, k)
+
+
+@frozen
+class CutlassGemmConfig:
+    """One SM90 GEMM configuration, as ``emit_kernel`` writes it (see the module docstring for how it
+    differs from its listing). Element names are cutlass_library's (``f16``, ``bf16``, ``e4m3``...);
+    schedules are CUTLASS's C++ types."""
+
+    procedural_name: str  # cutlass_library's name of the listed kernel
+    tile_shape: tuple[int, int, int] = field(converter=_triple)  # CTA tile M, N, K
+    cluster_shape: tuple[int, int, int] = field(converter=_triple)  # CTAs per cluster along M, N, K
+    stages: int  # mainloop stages; 0 = as many as fit beside the epilogue (StageCountAutoCarveout)
+    kernel_schedule: str  # "cutlass::gemm::KernelTmaWarpSpecializedCooperative"
+    epilogue_schedule: str  # "cutlass::epilogue::TmaWarpSpecializedCooperative"
+    tile_scheduler: str  # "" (the kernel's default) or "cutlass::gemm::StreamKScheduler"
+    element_a: str
+    element_b: str
+    element_c: str  # the output (CUTLASS's D); there is no source operand
+    element_accumulator: str
+    element_epilogue: str  # alpha and beta, and the epilogue's arithmetic
+    layout_a: str  # "t" row-major (K contiguous) or "n" column-major (M contiguous)
+    layout_b: str  # "t" row-major (N contiguous) or "n" column-major (K contiguous)
+    alignment_a: int  # elements; the contiguous extent of each operand must be a multiple
+    alignment_b: int
+    alignment_c: int
+    listing: str = ""  # where the listing came from: "nvidia-cutlass 4.2.0.0, instantiation level default"
+    arch: int = ARCH
+
+    @property
+    def layouts(self) -> str:
+        """A's letter then B's, as in CUTLASS's names: "tn" is A row-major, B column-major."""
+        return self.layout_a + self.layout_b
+
+    @property
+    def id(self) -> str:
+        """A short id that stays the same for the same kernel: a hash of everything ``emit_kernel``
+        writes (not of the listing's name or provenance)."""
+        identity = "|".join(
+            str(part)
+            for part in (
+                self.arch,
+                self.element_a,
+                self.element_b,
+                self.element_c,
+                self.element_accumulator,
+                self.element_epilogue,
+                self.layouts,
+                self.alignment_a,
+                self.alignment_b,
+                self.alignment_c,
+                self.tile_shape,
+                self.cluster_shape,
+                self.stages,
+                self.kernel_schedule,
+                self.epilogue_schedule,
+                self.tile_scheduler,
+            )
+        )
+        return f"sm{self.arch}_{hashlib.sha256(identity.encode()).hexdigest()[:10]}"
+
+    @property
+    def label(self) -> str:
+        """One line for people: ``tn 128x128x64 cluster 2x1x1 KernelTmaWarpSpecializedCooperative +
+        TmaWarpSpecializedCooperative, StreamKScheduler, stages auto, align 8`` (alignments of A, B and C
+        as ``2/2/8`` when they differ)."""
+        scheduler = f", {_last(self.tile_scheduler)}" if self.tile_scheduler else ""
+        stages = str(self.stages) if self.stages else "auto"
+        alignments = (self.alignment_a, self.alignment_b, self.alignment_c)
+        alignment = (
+            "/".join(str(value) for value in alignments) if len(set(alignments)) > 1 else str(alignments[0])
+        )
+        return (
+            f"{self.layouts} {_shape(self.tile_shape)} cluster {_shape(self.cluster_shape)} "
+            f"{_last(self.kernel_schedule)} + {_last(self.epilogue_schedule)}{scheduler}, "
+            f"stages {stages}, align {alignment}"
+        )
+
+
+@frozen
+class ExcludedGemm:
+    """A listed GEMM of the requested kind that ``emit_kernel`` cannot write faithfully."""
+
+    procedural_name: str
+    reason: str
+
+
+@frozen
+class GemmListing:
+    """One query's answer: the configurations, and the listed GEMMs left out with why."""
+
+    configs: tuple[CutlassGemmConfig, ...] = field(converter=as_tuple)
+    excluded: tuple[ExcludedGemm, ...] = field(converter=as_tuple)
+    listed: int  # listed GEMMs of the kind asked for, before merging source variants and excluding
+
+
+# --- the raw listing ---------------------------------------------------------------------------------
+
+
+@frozen
+class _Listed:
+    """One dense SM90 3.x GEMM of cutlass_library's listing, as plain values."""
+
+    procedural_name: str
+    mixed_input_mode: str  # "" (same widths), "ConvertOnly", "ScaleOnly" or "ScaleWithZeroPoint"
+    mixed_input_shuffle: bool
+    element_source: str  # "void" when the listing reads no C
+    config: CutlassGemmConfig
+
+
+def _cutlass_library() -> Any:
+    try:
+        from cutlass_library import generator, library, manifest
+    except ImportError as exc:
+        raise HardwareError(f"cannot import cutlass_library: {exc}", hint=CUTLASS_HINT) from None
+    return generator, library, manifest
+
+
+def _wheel_version() -> str:
+    try:
+        return importlib.metadata.version("nvidia-cutlass")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@functools.cache
+def _listed(instantiation_level: int | None, cuda_version: str) -> tuple[_Listed, ...]:
+    """Every dense single-GEMM SM90 operation of CUTLASS's 3.x API that cutlass_library lists, in its
+    order. GenerateSM90 also lists the other kinds (sparse, grouped, blockwise, 2.x, rank-k...); they are
+    dropped here."""
+    generator, library, manifest = _cutlass_library()
+    options = [
+        "--kernels=all",
+        "--architectures=90a",
+        f"--cuda-version={cuda_version}",
+        "--operations=gemm",
+        f"--instantiation-level={instantiation_level or ''}",
+    ]
+    listing = manifest.Manifest(generator.define_parser().parse_args(options))
+    generator.GenerateSM90(listing, cuda_version)
+    level = "default" if instantiation_level is None else str(instantiation_level)
+    provenance = f"nvidia-cutlass {_wheel_version()}, instantiation level {level}"
+    found = []
+    for operation in listing.operations_by_name.values():
+        if operation.arch != ARCH or getattr(operation, "gemm_kind", None) != library.GemmKind.Universal3x:
+            continue
+        found.append(_from_operation(operation, library, provenance))
+    return tuple(found)
+
+
+# C's alignment is not the listing's. The generator derives it from the source's element (a source-free
+# listing inherits whatever the previous listing had: 1 for some fp8 outputs), and CUTLASS's own emitter
+# replaces it with 16 bytes for TMA epilogues, which need that. Every config here asks 16 bytes of C's
+# rows: what TMA needs, more than the other epilogues (element by element stores) need, and the same for
+# listings that differ only in their source.
+_OUTPUT_ALIGNMENT_BITS = 128
+
+
+def _from_operation(operation: Any, library: Any, provenance: str) -> _Listed:
+    tile = operation.tile_description
+    name = library.DataTypeNames
+    scheduler = library.TileSchedulerTag[operation.tile_scheduler]
+    config = CutlassGemmConfig(
+        procedural_name=operation.procedural_name(),
+        tile_shape=tile.threadblock_shape,
+        cluster_shape=tile.cluster_shape,
+        stages=tile.stages,
+        kernel_schedule=library.KernelScheduleTag[operation.kernel_schedule],
+        epilogue_schedule=library.EpilogueScheduleTag[operation.epilogue_schedule],
+        tile_scheduler="" if scheduler == "void" else scheduler,
+        element_a=name[operation.A.element],
+        element_b=name[operation.B.element],
+        element_c=name[operation.D.element],
+        element_accumulator=name[tile.math_instruction.element_accumulator],
+        element_epilogue=name[operation.element_epilogue],
+        layout_a=library.ShortLayoutTypeNames[operation.A.layout],
+        layout_b=library.ShortLayoutTypeNames[operation.B.layout],
+        alignment_a=operation.A.alignment,
+        alignment_b=operation.B.alignment,
+        alignment_c=_OUTPUT_ALIGNMENT_BITS // library.DataTypeSize[operation.D.element],
+        listing=provenance,
+    )
+    return _Listed(
+        procedural_name=config.procedural_name,
+        mixed_input_mode=operation.mixed_input_mode.name if operation.mixed_input_mode is not None else "",
+        mixed_input_shuffle=bool(operation.mixed_input_shuffle),
+        element_source=name[operation.C.element],
+        config=config,
+    )
+
+
+# --- queries ------------------------------------------------------------------------------------------
+
+
+def _element(role: str, value: str) -> str:
+    if value not in ELEMENTS:
+        raise ConfigError(
+            f"{role}={value!r} is not an element type kopt can write a CUTLASS GEMM for; use one of "
+            + ", ".join(ELEMENTS)
+            + " (cutlass_library's names)"
+        )
+    return value
+
+
+def _layouts(layouts: str | Iterable[str] | None) -> tuple[str, ...]:
+    if layouts is None:
+        return LAYOUTS
+    wanted = (layouts,) if isinstance(layouts, str) else tuple(layouts)
+    unknown = [layout for layout in wanted if layout not in LAYOUTS]
+    if unknown or not wanted:
+        raise ConfigError(
+            f"layouts {unknown or wanted!r}: give A's and B's letters, t for row-major and n for "
+            f"column-major, from {', '.join(LAYOUTS)} (tn: A is M x K row-major, B is K x N column-major)"
+        )
+    return tuple(sorted(set(wanted)))
+
+
+def _level(instantiation_level: int | None) -> int | None:
+    if instantiation_level is None:
+        return None
+    if isinstance(instantiation_level, int) and not isinstance(instantiation_level, bool):
+        if instantiation_level > 0:
+            return instantiation_level
+    raise ConfigError(
+        f"instantiation_level={instantiation_level!r}: give None (CUTLASS's default listing) or a "
+        "positive integer (CUTLASS's global level, e.g. 231)"
+    )
+
+
+def list_sm90_gemms(
+    a: str = "f16",
+    b: str = "f16",
+    c: str = "f16",
+    accumulator: str = "f32",
+    layouts: str | Iterable[str] | None = None,
+    *,
+    instantiation_level: int | None = None,
+    cuda_version: str = LISTING_CUDA_VERSION,
+) -> GemmListing:
+    """The SM90 GEMMs cutlass_library lists for A and B of elements ``a`` and ``b``, output C of ``c``,
+    accumulating in ``accumulator``, with A/B layouts among ``layouts`` (None: all four), as configs
+    ``emit_kernel`` can write, and those it cannot with why. Deterministic, and cached per arguments."""
+    query = (
+        _element("a", a),
+        _element("b", b),
+        _element("c", c),
+        _element("accumulator", accumulator),
+        _layouts(layouts),
+        _level(instantiation_level),
+        cuda_version,
+    )
+    return _query(*query)
+
+
+@functools.cache
+def _query(
+    a: str,
+    b: str,
+    c: str,
+    accumulator: str,
+    layouts: tuple[str, ...],
+    instantiation_level: int | None,
+    cuda_version: str,
+) -> GemmListing:
+    matching = [
+        listed
+        for listed in _listed(instantiation_level, cuda_version)
+        if (listed.config.element_a, listed.config.element_b, listed.config.element_c) == (a, b, c)
+        and listed.config.element_accumulator == accumulator
+        and listed.config.layouts in layouts
+    ]
+    excluded = []
+    variants: dict[str, list[_Listed]] = {}  # config id -> its listings (with and without a source)
+    for listed in matching:
+        reason = _exclusion(listed)
+        if reason:
+            excluded.append(ExcludedGemm(listed.procedural_name, reason))
+        else:
+            variants.setdefault(listed.config.id, []).append(listed)
+    configs = sorted((_representative(group) for group in variants.values()), key=_order)
+    return GemmListing(
+        configs=configs,
+        excluded=sorted(excluded, key=lambda item: item.procedural_name),
+        listed=len(matching),
+    )
+
+
+def _exclusion(listed: _Listed) -> str:
+    if not listed.mixed_input_mode:
+        return ""
+    if listed.mixed_input_shuffle:
+        return EXCLUDED_MIXED_SHUFFLED
+    if listed.mixed_input_mode != "ConvertOnly":
+        return EXCLUDED_MIXED_SCALES
+    return EXCLUDED_MIXED_CONVERT
+
+
+def _representative(group: list[_Listed]) -> CutlassGemmConfig:
+    """The source-free listing when there is one (it is the kernel written), else the first by name."""
+    return min(group, key=lambda listed: (listed.element_source != "void", listed.procedural_name)).config
+
+
+def _order(config: CutlassGemmConfig) -> tuple:
+    return (
+        config.layouts,
+        config.tile_shape,
+        config.cluster_shape,
+        config.kernel_schedule,
+        config.epilogue_schedule,
+        config.tile_scheduler,
+        config.alignment_a,
+        config.alignment_b,
+        config.alignment_c,
+        config.stages,
+    )
+
+
+def enumerate_sm90_gemms(
+    a: str = "f16",
+    b: str = "f16",
+    c: str = "f16",
+    accumulator: str = "f32",
+    layouts: str | Iterable[str] | None = None,
+    *,
+    instantiation_level: int | None = None,
+    cuda_version: str = LISTING_CUDA_VERSION,
+) -> tuple[CutlassGemmConfig, ...]:
+    """The configurations of ``list_sm90_gemms`` (same arguments), in a fixed order: by layouts, tile,
+    cluster, schedules, tile scheduler, alignment."""
+    return list_sm90_gemms(
+        a, b, c, accumulator, layouts, instantiation_level=instantiation_level, cuda_version=cuda_version
+    ).configs
+
+
+# --- problems -----------------------------------------------------------------------------------------
+
+
+def alignment_requirements(config: CutlassGemmConfig) -> tuple[tuple[str, int], ...]:
+    """(dim, multiple) pairs a problem must meet: each operand's contiguous extent is a multiple of its
+    alignment (TMA and cp.async move whole aligned vectors; can_implement checks the same)."""
+    return (
+        ("K" if config.layout_a == "t" else "M", config.alignment_a),
+        ("K" if config.layout_b == "n" else "N", config.alignment_b),
+        ("N", config.alignment_c),
+    )
+
+
+def requirement_text(config: CutlassGemmConfig) -> str:
+    """``alignment_requirements`` in words: "K and N must be multiples of 8"."""
+    multiple_of: dict[str, int] = {}
+    for dim, multiple in alignment_requirements(config):
+        multiple_of[dim] = math.lcm(multiple_of.get(dim, 1), multiple)
+    by_multiple: dict[int, list[str]] = {}
+    for dim, multiple in multiple_of.items():
+        if multiple > 1:
+            by_multiple.setdefault(multiple, []).append(dim)
+    parts = [
+        f"{' and '.join(dims)} must be {'multiples' if len(dims) > 1 else 'a multiple'} of {multiple}"
+        for multiple, dims in sorted(by_multiple.items())
+    ]
+    return "; ".join(parts) if parts else "any M, N, K"
+
+
+def fits_problem(config: CutlassGemmConfig, M: int, N: int, K: int) -> bool:
+    """Whether ``config`` can serve an M x N x K problem: the alignments hold, and every CTA of a cluster
+    gets a tile (a cluster wider than the problem's tile grid along M or N would spend whole CTAs on
+    padding, and its multicast would share nothing)."""
+    dims = {"M": M, "N": N, "K": K}
+    if any(value <= 0 for value in dims.values()):
+        return False
+    if any(dims[dim] % multiple for dim, multiple in alignment_requirements(config)):
+        return False
+    tiles_m = -(-M // config.tile_shape[0])
+    tiles_n = -(-N // config.tile_shape[1])
+    return config.cluster_shape[0] <= tiles_m and config.cluster_shape[1] <= tiles_n
+
+
+def filter_for_problem(
+    configs: Iterable[CutlassGemmConfig], M: int, N: int, K: int
+) -> tuple[CutlassGemmConfig, ...]:
+    """The configs that can serve an M x N x K problem (``fits_problem``), in their order."""
+    return tuple(config for config in configs if fits_problem(config, M, N, K))
+
+
+# --- kernels ------------------------------------------------------------------------------------------
+
+
+def _last(tag: str) -> str:
+    return tag.rsplit("::", 1)[-1]
+
+
+def _shape(values: Sequence[int]) -> str:
+    return "x".join(str(value) for value in values)
+
+
+_LAYOUT_A_TEXT = {
+    "t": "row-major, K contiguous -> a torch tensor of shape (M, K)",
+    "n": "column-major, M contiguous -> a torch tensor of shape (K, M) holding A transposed",
+}
+_LAYOUT_B_TEXT = {
+    "t": "row-major, N contiguous -> a torch tensor of shape (K, N)",
+    "n": "column-major, K contiguous -> a torch tensor of shape (N, K) holding B transposed",
+}
+_LAYOUT_TAG = {"t": "RowMajor", "n": "ColumnMajor"}
+
+
+@functools.cache
+def _template() -> string.Template:
+    text = (importlib.resources.files("kopt_cutlass") / "templates" / TEMPLATE).read_text()
+    return string.Template(text)
+
+
+def _argument(element: str, kernel_pointer: str, name: str) -> str:
+    """solve's pointer as the kernel's element pointer (a cast only where the types differ: tf32)."""
+    if ELEMENTS[element].pointer == ELEMENTS[element].cutlass:
+        return name
+    return f"reinterpret_cast<{kernel_pointer}>({name})"
+
+
+def render_kernel(config: CutlassGemmConfig) -> str:
+    """The kernel file's text for ``config`` (see ``emit_kernel``)."""
+    for role, element in (
+        ("A", config.element_a),
+        ("B", config.element_b),
+        ("C", config.element_c),
+        ("accumulator", config.element_accumulator),
+        ("epilogue", config.element_epilogue),
+    ):
+        _element(f"{role} element", element)
+    if config.layout_a not in _LAYOUT_TAG or config.layout_b not in _LAYOUT_TAG:
+        raise ConfigError(f"layouts {config.layouts!r}: each letter must be t or n")
+    a, b, c = ELEMENTS[config.element_a], ELEMENTS[config.element_b], ELEMENTS[config.element_c]
+    inputs = f"{a.words} inputs" if a == b else f"{a.words} A, {b.words} B"
+    summary = f"{inputs}, {ELEMENTS[config.element_accumulator].words} accumulation and {c.words} output"
+    stage_count = (
+        f"cutlass::gemm::collective::StageCount<{config.stages}>"
+        if config.stages
+        else "cutlass::gemm::collective::StageCountAutoCarveout<\n"
+        "        static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>"
+    )
+    values = {
+        "config_id": config.id,
+        "summary": summary,
+        "listing": config.listing or "provenance not recorded",
+        "procedural_name": config.procedural_name,
+        "tile": _shape(config.tile_shape),
+        "cluster": _shape(config.cluster_shape),
+        "stages_text": str(config.stages) if config.stages else "auto (as many as fit beside the epilogue)",
+        "kernel_schedule": config.kernel_schedule,
+        "epilogue_schedule": config.epilogue_schedule,
+        "tile_scheduler_text": config.tile_scheduler or "the kernel schedule's default",
+        "element_a": config.element_a,
+        "element_b": config.element_b,
+        "element_c": config.element_c,
+        "element_accumulator": config.element_accumulator,
+        "element_epilogue": config.element_epilogue,
+        "alignment_a": config.alignment_a,
+        "alignment_b": config.alignment_b,
+        "alignment_c": config.alignment_c,
+        "layout_a_text": _LAYOUT_A_TEXT[config.layout_a],
+        "layout_b_text": _LAYOUT_B_TEXT[config.layout_b],
+        "requirement": requirement_text(config),
+        "cxx_a": a.cutlass,
+        "cxx_b": b.cutlass,
+        "cxx_c": c.cutlass,
+        "cxx_accumulator": ELEMENTS[config.element_accumulator].cutlass,
+        "cxx_epilogue": ELEMENTS[config.element_epilogue].cutlass,
+        "layout_a_tag": _LAYOUT_TAG[config.layout_a],
+        "layout_b_tag": _LAYOUT_TAG[config.layout_b],
+        "tile_m": config.tile_shape[0],
+        "tile_n": config.tile_shape[1],
+        "tile_k": config.tile_shape[2],
+        "cluster_m": config.cluster_shape[0],
+        "cluster_n": config.cluster_shape[1],
+        "cluster_k": config.cluster_shape[2],
+        "stage_count": stage_count,
+        "tile_scheduler_argument": f",\n    {config.tile_scheduler}" if config.tile_scheduler else "",
+        "log_name": f"kopt cutlass gemm {config.id}",
+        "pointer_a": a.pointer,
+        "pointer_b": b.pointer,
+        "pointer_c": c.pointer,
+        "argument_a": _argument(config.element_a, "ElementA const*", "A"),
+        "argument_b": _argument(config.element_b, "ElementB const*", "B"),
+        "argument_c": _argument(config.element_c, "ElementD*", "C"),
+    }
+    return _template().substitute(values)
+
+
+def emit_kernel(config: CutlassGemmConfig, path: str | os.PathLike[str]) -> Path:
+    """Write ``config`` as a kopt CUTLASS kernel file at ``path`` (folders made as needed; written
+    atomically) and return its path. The file builds with kopt's CUTLASS backend for sm_90a and exposes
+    ``extern "C" void solve(const A* A, const B* B, C* C, int M, int N, int K)``: C = A @ B, alpha 1,
+    beta 0, C row-major (M, N); A and B laid out as ``config.layouts`` says (for ``tn``, the buffers of
+    examples/cutlass/gemm_sm90_tma_ws/ref.py: A (M, K), B (N, K))."""
+    return write_text_atomic(path, render_kernel(config))
