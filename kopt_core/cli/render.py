@@ -410,3 +410,24 @@ def update_report(state, iteration: int) -> None:
     ):
         lines.append(f"  {label}: {', '.join(methods) or 'none'}")
     out.print(Text("\n".join(lines)))
+
+
+def optimize_report(outcome) -> None:
+    """Where ``kopt optimize`` left the run: completed with the result, or waiting for an agent."""
+    run = escape(str(outcome.run_dir))
+    if outcome.status == "awaiting_candidates":
+        out.print(f"[bold]kopt optimize[/bold]: {run} awaits the candidates of its next iteration")
+        out.print(f"  read {escape(str(outcome.brief))}, write what it asks, then:")
+        out.print(f"  kopt optimize --resume {run}", highlight=False)
+        return
+    best = f"{outcome.best_ms:.4f} ms" if outcome.best_ms is not None else "unknown"
+    base = outcome.baseline_ms
+    gain = (
+        f" ({base / outcome.best_ms:.2f}x the baseline's {base:.4f} ms)" if base and outcome.best_ms else ""
+    )
+    why = f"; stopped early: {escape(outcome.message)}" if outcome.message else ""
+    out.print(
+        f"[bold]kopt optimize[/bold]: {run} completed after {outcome.iterations_closed} iteration(s){why}"
+    )
+    out.print(f"  best: {escape(outcome.best_file)}, {best}{gain}")
+    out.print(f"  summary: {run}/summary.md")

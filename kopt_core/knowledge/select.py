@@ -99,8 +99,8 @@ class Selection:
         None  # roofline floor_ms / duration_ms (1.0 = at the floor); None = no roofline
     )
     # who chose ``selected``: the scan, or an agent overruling it (skipped and underfilled stay the scan's)
-    chosen_by: Literal["scan", "agent"] = "scan"
-    why: str | None = None  # the agent's reason; None when the scan chose
+    chosen_by: Literal["scan", "agent", "search"] = "scan"
+    why: str | None = None  # the agent's (or the search's) reason; None when the scan chose
     # the scan's own picks on the same evidence, whoever chose: what an agent's choice departs from
     scan_selected: tuple[Picked, ...] = field(default=(), converter=as_tuple)
     schema_version: int = SELECTION_SCHEMA_VERSION

@@ -145,13 +145,18 @@ def select_in_run(
     acknowledged: tuple[str, ...] = (),
     methods: tuple[str, ...] = (),
     why: str | None = None,
+    for_search: bool = False,
 ) -> Path:
     """``kopt select --state S --iter I [--acknowledge ID] [--methods A,B --why TEXT]``: methods.json and
     analysis.md in iterv{I}/ from its best_input profile, the run's method history and its numerics mode.
     An implementation-failed method is considered again only when ``acknowledged`` names it. With
     ``methods`` an agent chooses: they are selected when they pass the hard constraints (docs/loop.md,
     "Choosing methods yourself"), with ``why`` and beside the scan's own picks; a refused choice is one
-    ConfigError naming every problem, and nothing is written."""
+    ConfigError naming every problem, and nothing is written. ``for_search``: the iteration of a
+    parameter search (``kopt optimize --generator search``) selects no method; the scan's picks are kept
+    beside the empty choice as advice."""
+    import attrs
+
     from kopt_core.hardware import arch_for_capability
     from kopt_core.steps.select import (
         choice_of,
@@ -186,6 +191,8 @@ def select_in_run(
             sass_mnemonics=mnemonics,
             choice=choice,
         )
+        if for_search:
+            selection = attrs.evolve(selection, selected=(), chosen_by="search", why="a parameter search")
         notes = [traits]
         return write_selection(
             folder, selection, render_analysis(selection, roofline, ncu_top, state.best_file, notes)

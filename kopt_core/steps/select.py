@@ -141,6 +141,13 @@ def who_chose(selection: Selection) -> list[str]:
     from the scan's picks on the same evidence."""
     if selection.chosen_by == "scan":
         return ["the budget-aware priority scan (docs/loop.md): its picks are the methods selected below"]
+    if selection.chosen_by == "search":
+        return [
+            "no method: the search generator tunes the kernel's declared parameters and implements nothing "
+            "new, so its branches claim no method and need no ablation",
+            f"the scan's own picks on this evidence, advice for a generator that writes code: "
+            f"{_ids(selection.scan_ids)}",
+        ]
     rows = [
         'an agent, overruling the scan where they differ (docs/loop.md, "Choosing methods yourself"); '
         "the choice passed every hard constraint",

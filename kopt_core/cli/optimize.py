@@ -1,0 +1,129 @@
+"""``kopt optimize``: the whole run in one command (kopt_core.run.optimize), or ``--resume RUN``."""
+
+from __future__ import annotations
+
+import click
+
+from kopt_core.cli import _plugin_manager, cli, envelope, outputs, render
+
+
+def _generator_options(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
+    options: dict[str, str] = {}
+    for value in values:
+        key, sep, text = value.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{value!r}: write KEY=VALUE (e.g. timeout_s=1800)")
+        options[key.strip()] = text
+    return options
+
+
+@cli.command("optimize", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.option("--baseline", type=click.Path(dir_okay=False), default=None, help="Baseline kernel file.")
+@click.option("--ref", "reference", type=click.Path(dir_okay=False), default=None, help="Reference file.")
+@click.option("--dims", "dims_json", default=None, help='Dims as JSON, e.g. \'{"M":4096,"N":4096}\'.')
+@click.option(
+    "--generator",
+    default=None,
+    help="Who writes each iteration's candidates: agent, command, search, or an installed plugin's.",
+)
+@click.option(
+    "--generator-option",
+    "generator_options",
+    multiple=True,
+    callback=_generator_options,
+    metavar="KEY=VALUE",
+    help='An option of the generator (repeatable), e.g. \'command=["python3","gen.py"]\' or trials=24.',
+)
+@click.option(
+    "--iterations", type=click.IntRange(min=1), default=3, show_default=True, help="Most iterations."
+)
+@click.option(
+    "--k", "k", type=click.IntRange(min=1), default=4, show_default=True, help="Branches per iteration."
+)
+@click.option(
+    "--numerics-mode",
+    type=click.Choice(["reference", "strict", "approximate"]),
+    default="reference",
+    show_default=True,
+    help="Numerical contract for methods.",
+)
+@click.option("--backend", default=None, help="Backend name (default: detected from the file).")
+@click.option("--arch", default=None, help="Target architecture for the static build (default: the GPU's).")
+@click.option("--compile-jobs", default="auto", show_default=True, help="Parallel CPU compiles: auto or N.")
+@click.option(
+    "--resume", "resume", type=click.Path(file_okay=False), default=None, help="Continue the run in RUN."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the envelope (result: where the run stands).")
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[--NAME=VALUE]...")
+def optimize_cmd(
+    baseline,
+    reference,
+    dims_json,
+    generator,
+    generator_options,
+    iterations,
+    k,
+    numerics_mode,
+    backend,
+    arch,
+    compile_jobs,
+    resume,
+    as_json,
+    extra,
+) -> int:
+    """Optimize a kernel end to end: preflight, gate, init, seed, then per iteration open, select,
+    generate, explore, champion profile, ablate, sass and update, then summarize.
+
+    Exit 0: the run completed, or it awaits an agent's candidates (the brief's path is printed; continue
+    with --resume RUN). 2: no valid kernel (every branch failed, or the generator did). 3: hardware, tool
+    or ncu failure. 4: bad baseline, reference, dims or options."""
+    from pathlib import Path
+
+    from kopt_core.dims import parse_dims
+    from kopt_core.errors import ConfigError
+    from kopt_core.run.optimize import resume_run, start_run
+
+    pm = _plugin_manager()
+    if resume is not None:
+        if baseline or reference or extra or dims_json:
+            raise ConfigError("--resume continues a run as it was started: leave out --baseline, --ref, dims")
+        outcome = resume_run(pm, resume, generator=generator, options=generator_options or None)
+    else:
+        missing = [name for name, value in (("--baseline", baseline), ("--ref", reference)) if not value]
+        if missing or generator is None:
+            missing += [] if generator else ["--generator"]
+            raise ConfigError(f"a new run needs {', '.join(missing)} (or --resume RUN to continue one)")
+        dims = parse_dims(dims_json, extra)
+        outputs.claim(Path(baseline).resolve().parent, "the run folder in")
+        outcome = start_run(
+            pm,
+            baseline=baseline,
+            ref=reference,
+            dims=dims,
+            generator=generator,
+            options=generator_options,
+            iterations=iterations,
+            k=k,
+            numerics_mode=numerics_mode,
+            backend=backend,
+            compile_jobs=compile_jobs,
+            arch=arch,
+            on_warning=render.warning,
+        )
+    if as_json:
+        written = envelope.Written(outcome.run_dir)
+        written.before = {}
+        result = envelope.run_result(
+            outcome.run_dir,
+            written,
+            path=str(outcome.run_dir),
+            status=outcome.status,
+            iterations_closed=outcome.iterations_closed,
+            best_file=outcome.best_file,
+            best_metric_ms=outcome.best_ms,
+            baseline_ms=outcome.baseline_ms,
+            brief=outcome.brief,
+        )
+        return envelope.emit("optimize", 0, result)
+    render.optimize_report(outcome)
+    return 0
