@@ -946,6 +946,7 @@ def sass_cmd(target, methods, baseline, arch, state_path, iteration, as_json) ->
 # the loop's steps after select (explore, ablate, update, summarize) register themselves on the group
 from kopt_core.cli import loop as _loop  # noqa: E402,F401
 from kopt_core.cli import optimize as _optimize  # noqa: E402,F401
+from kopt_core.cli import search as _search  # noqa: E402,F401
 
 
 def main() -> None:

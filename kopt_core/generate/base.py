@@ -179,7 +179,7 @@ def _unknown_hint() -> str:
     if allowlist is not None:
         hint += (
             f"; KOPT_PLUGINS={allowlist!r} restricts which plugins load: add the generator's entry point "
-            "(kopt's own: kopt_agent, kopt_command)"
+            "(kopt's own: kopt_agent, kopt_command, kopt_search)"
         )
     return hint
 

@@ -293,3 +293,16 @@ def test_every_problem_is_named_in_one_message(folder):
     ):
         assert says in message
     assert os.path.isfile(folder / "candidates.json")
+
+
+def test_the_search_may_write_fewer_branches_than_k_but_never_more(folder):
+    data = edited(folder)
+    data["generator"] = "search"  # kopt's search: the best passing configurations it found
+    write_json(folder / "candidates.json", data)
+    assert len(load(folder, branches_expected=4).branches) == 3  # 3 of at most 4
+    assert len(load(folder, branches_expected=3).branches) == 3
+    assert "it lists 3 branches (b1, b2, b3), but the run asks for at most 2" in problems_of(
+        folder, branches_expected=2
+    )
+    data["generator"] = "claude"  # anyone else owes exactly K
+    assert "but the run asks for 4: write b1..b4" in problems_of(folder, data, branches_expected=4)

@@ -22,6 +22,7 @@ import pytest
 
 import kopt_core.generate.agent
 import kopt_core.generate.command
+import kopt_core.generate.search
 import kopt_example_backend
 from kopt_core.errors import EXIT_INVALID_KERNEL, KoptError
 from kopt_core.records import BenchOptions, to_data
@@ -105,7 +106,9 @@ STEPS = LoopSteps(gate=cpu_gate, seed=cpu_seed, open=cpu_open, profile=placehold
 
 @pytest.fixture
 def pm(make_pm):
-    return make_pm(kopt_example_backend, kopt_core.generate.agent, kopt_core.generate.command)
+    return make_pm(
+        kopt_example_backend, kopt_core.generate.agent, kopt_core.generate.command, kopt_core.generate.search
+    )
 
 
 def files(tmp_path: Path) -> tuple[Path, Path]:
@@ -254,3 +257,51 @@ def test_the_command_line_refuses_what_cannot_start_a_run(tmp_path, args, fragme
     assert ran.returncode == 4 and envelope["exit_code"] == 4 and envelope["command"] == "optimize"
     assert fragment in envelope["error"]["message"], envelope["error"]
     assert "Traceback" not in ran.stderr and not list(tmp_path.glob("run_*"))
+
+
+# A kernel that declares its tunables (kopt_space): one call over the whole vector is fastest; chunks of
+# 256 are slower; ALPHA=3.0 computes the wrong thing and fails correctness.
+SPACE_KERNEL = """import torch
+
+kopt_space = {"CHUNK": [256, 16384], "ALPHA": [2.0, 3.0]}
+CHUNK = 256
+ALPHA = 2.0
+
+
+def solve(x: torch.Tensor, y: torch.Tensor, N: int) -> None:
+    for start in range(0, N, CHUNK):
+        y[start : start + CHUNK].add_(x[start : start + CHUNK], alpha=ALPHA)
+"""
+
+
+def test_the_search_generator_tunes_the_declared_space_and_selects_no_method(pm, tmp_path):
+    (tmp_path / "kernel.py").write_text(SPACE_KERNEL)
+    shutil.copy(KERNELS / "saxpy_ref.py", tmp_path / "ref.py")
+    outcome = start_run(
+        pm,
+        baseline=tmp_path / "kernel.py",
+        ref=tmp_path / "ref.py",
+        dims={"N": N},
+        generator="search",
+        options={"trials": "4", "sampler": "grid"},
+        iterations=1,
+        k=2,
+        steps=STEPS,
+    )
+    run = outcome.run_dir
+    assert outcome.status == "completed" and outcome.iterations_closed == 1
+    methods = json.loads((run / "iterv1" / "methods.json").read_text())
+    assert methods["chosen_by"] == "search" and methods["selected"] == []
+    candidates = json.loads((run / "iterv1" / "candidates.json").read_text())
+    assert candidates["generator"] == "search" and candidates["ablations"] == []
+    # the two correct configurations, fastest first; the wrong one never becomes a branch
+    assert [b["hyperparameters"] for b in candidates["branches"]] == [
+        {"CHUNK": 16384, "ALPHA": 2.0},
+        {"CHUNK": 256, "ALPHA": 2.0},
+    ]
+    trials = json.loads(next((run / "iterv1").rglob("trials.json")).read_text())
+    failed = [t for t in trials["trials"] if t["status"] == "failed"]
+    assert sorted(t["config"]["CHUNK"] for t in failed) == [256, 16384]  # both ALPHA=3.0 points
+    assert all(t["config"]["ALPHA"] == 3.0 and "correctness" in t["detail"] for t in failed)
+    assert json.loads((run / "iterv1" / "paired.json").read_text())["verdict"] == "faster"
+    assert outcome.best_file == str(run / "iterv1" / "kernel.py")
