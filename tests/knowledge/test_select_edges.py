@@ -1,0 +1,324 @@
+"""The priority scan's decisions at their edges (kopt_core.knowledge.select), over every relation the real
+method registry declares: each conflict pair refused together (by the scan and in an agent's choice), each
+same-budget group holding one slot, complements never refusing nor pulling in a method, and the near-floor
+gate exactly at, just below and above NEAR_FLOOR.
+
+Relation tests scan a registry of the related methods alone with their triggers and skip conditions taken
+off (``_only``): every soft gate is then open, so what refuses a method is the relation under test; the
+same methods without their relations are all chosen, which shows it."""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import pytest
+
+from kopt_core.knowledge.methods import Method, MethodRegistry, Relations, Trigger, load_methods
+from kopt_core.knowledge.select import (
+    NEAR_FLOOR,
+    Choice,
+    ChoiceRejected,
+    ProfileEvidence,
+    Selection,
+    SelectionContext,
+    kernel_tags,
+    select_methods,
+    validate_choice,
+)
+from kopt_core.roofline.records import AXES
+
+REGISTRY = load_methods()
+ROOM = {"compute": 2, "memory": 2, "latency": 2}  # every axis at the per-axis cap
+
+CONFLICT_PAIRS = sorted(
+    {tuple(sorted((m.id, other))) for m in REGISTRY.methods for other in m.relations.conflicts}
+)
+GROUPS: dict[str, tuple[str, ...]] = {}
+for _method in REGISTRY.methods:
+    if _method.relations.same_budget:
+        GROUPS[_method.relations.same_budget] = (*GROUPS.get(_method.relations.same_budget, ()), _method.id)
+COMPLEMENT_PAIRS = sorted((m.id, other) for m in REGISTRY.methods for other in m.relations.complements)
+
+
+def _scan_order(method_id: str) -> tuple[int, int]:
+    """Where the scan reaches a method: axis by axis (AXES order), then by priority."""
+    method = REGISTRY.get(method_id)
+    assert method is not None, method_id
+    return AXES.index(method.axis), method.priority
+
+
+def _open(method: Method, *, relations: bool = True) -> Method:
+    """``method`` with every soft gate of the evidence open: no trigger condition, no skip condition."""
+    opened = attrs.evolve(method, trigger=Trigger(), skip_if=())
+    return opened if relations else attrs.evolve(opened, relations=Relations())
+
+
+def _only(ids, *, relations: bool = True) -> MethodRegistry:
+    """The real registry cut down to ``ids`` (their features, backends, numerics and relations as they
+    are), each with its soft gates open."""
+    methods = []
+    for method_id in ids:
+        method = REGISTRY.get(method_id)
+        assert method is not None, method_id
+        methods.append(_open(method, relations=relations))
+    return attrs.evolve(REGISTRY, methods=methods)
+
+
+def _where_all_apply(ids) -> tuple[str, str]:
+    """An architecture and a backend on which every method of ``ids`` may be chosen."""
+    backends = set.intersection(*(set(REGISTRY.get(i).backends) for i in ids))
+    archs = [arch for arch in REGISTRY.architectures if all(REGISTRY.applies_on(i, arch)[0] for i in ids)]
+    assert backends and archs, f"{ids} never apply together (backends {backends}, architectures {archs})"
+    return archs[0], sorted(backends)[0]
+
+
+def _context(ids, *, budget=ROOM, floor_share=None, values=None, **kwargs) -> SelectionContext:
+    arch, backend = _where_all_apply(ids)
+    evidence = ProfileEvidence(
+        budget=budget, bound="compute", values=values or {}, floor_share=floor_share, tags=kernel_tags(None)
+    )
+    # approximate numerics admit every numerics class, so the numerics gate refuses nothing
+    return SelectionContext(
+        evidence=evidence, arch=arch, backend=backend, numerics_mode="approximate", **kwargs
+    )
+
+
+def _skipped(selection: Selection) -> dict[str, str]:
+    return {s.id: s.reason for s in selection.skipped}
+
+
+def test_the_registry_declares_the_relations_these_tests_iterate():
+    # guards the parametrized tests below from passing over an empty list
+    assert ("compute.split_k", "compute.stream_k") in CONFLICT_PAIRS
+    assert ("compute.fp8", "compute.tf32") in CONFLICT_PAIRS
+    assert GROUPS["mma_path"] == ("compute.tensor_core", "compute.wgmma")
+    assert GROUPS["grid_shape"] == ("compute.persistent_kernel", "latency.grid_sizing")
+    assert all(len(members) >= 2 for members in GROUPS.values()), GROUPS
+    assert len(COMPLEMENT_PAIRS) >= 40
+
+
+# ------------------------------------------------------------------------------------------ conflicts
+
+
+@pytest.mark.parametrize("pair", CONFLICT_PAIRS, ids="+".join)
+def test_the_scan_never_selects_both_of_a_conflicting_pair(pair):
+    first, second = sorted(pair, key=_scan_order)
+    selection = select_methods(_only(pair), _context(pair))
+    assert selection.ids == (first,)
+    assert _skipped(selection) == {second: f"conflicts with {first}, chosen this round"}
+    # the conflict alone refuses the second: without the relations the scan takes both
+    free = select_methods(_only(pair, relations=False), _context(pair))
+    assert free.ids == (first, second)
+    assert free.skipped == ()
+
+
+@pytest.mark.parametrize("pair", CONFLICT_PAIRS, ids="+".join)
+def test_an_agent_may_not_choose_both_of_a_conflicting_pair(pair):
+    for earlier, later in (pair, pair[::-1]):
+        with pytest.raises(ChoiceRejected) as refused:
+            validate_choice(REGISTRY, _context(pair), Choice(methods=(earlier, later), why="both"))
+        assert refused.value.problems == (f"{later}: conflicts with {earlier}, chosen this round",)
+    for alone in pair:  # either one alone is a valid choice in the same context
+        chosen = validate_choice(REGISTRY, _context(pair), Choice(methods=(alone,), why="one"))
+        assert chosen.ids == (alone,) and chosen.chosen_by == "agent"
+
+
+def test_split_k_and_stream_k_on_real_triggers():
+    # waves_per_sm 0.5 triggers both (split-K under one wave, stream-K under two): split-K comes first
+    values = {"waves_per_sm": 0.5}
+    budget = {"compute": 2, "memory": 0, "latency": 0}
+    context = _context(["compute.split_k", "compute.stream_k"], budget=budget, values=values)
+    selection = select_methods(REGISTRY, attrs.evolve(context, arch="sm_90a", backend="cuda"))
+    assert selection.ids == ("compute.split_k",)
+    assert _skipped(selection)["compute.stream_k"] == "conflicts with compute.split_k, chosen this round"
+    assert selection.underfilled == {
+        "compute": "1 of 2 slot(s) left: no further method on this axis passed every gate (see skipped); "
+        "no filler is added"
+    }
+    # one and a half waves trigger stream-K alone, and nothing refuses it
+    one_and_a_half = attrs.evolve(context.evidence, values={"waves_per_sm": 1.5})
+    alone = select_methods(REGISTRY, attrs.evolve(context, evidence=one_and_a_half, arch="sm_90a"))
+    assert alone.ids == ("compute.stream_k",)
+    # a conflict binds the methods of this round only: split-K chosen in an earlier iteration lets stream-K in
+    later = select_methods(REGISTRY, attrs.evolve(context, selected_before=("compute.split_k",)))
+    assert later.ids == ("compute.stream_k",)
+    assert _skipped(later)["compute.split_k"] == "selected in an earlier iteration"
+
+
+# ---------------------------------------------------------------------------------- same-budget groups
+
+
+@pytest.mark.parametrize("group", sorted(GROUPS))
+def test_a_same_budget_group_holds_one_slot_in_the_scan(group):
+    members = GROUPS[group]
+    winner, *rest = sorted(members, key=_scan_order)
+    selection = select_methods(_only(members), _context(members))
+    assert selection.ids == (winner,)
+    assert _skipped(selection) == {
+        other: f"same-budget group {group!r} already holds a slot this round ({winner})" for other in rest
+    }
+    free = select_methods(_only(members, relations=False), _context(members))
+    assert free.ids == tuple(sorted(members, key=_scan_order))
+
+
+@pytest.mark.parametrize("group", sorted(GROUPS))
+def test_an_agent_may_choose_one_member_of_a_same_budget_group(group):
+    members = GROUPS[group]
+    context = _context(members)
+    first, second = members[0], members[1]
+    for earlier, later in ((first, second), (second, first)):
+        with pytest.raises(ChoiceRejected) as refused:
+            validate_choice(REGISTRY, context, Choice(methods=(earlier, later), why="both"))
+        assert refused.value.problems == (
+            f"{later}: same-budget group {group!r} already holds a slot this round ({earlier})",
+        )
+    assert validate_choice(REGISTRY, context, Choice(methods=(second,), why="one")).ids == (second,)
+
+
+def test_the_group_s_slot_leaves_the_axis_s_other_slot_to_others():
+    # tensor_core wins mma_path; wgmma is refused; register tiling (no group) still takes the second slot
+    ids = ("compute.tensor_core", "compute.wgmma", "compute.register_tiling")
+    budget = {"compute": 2, "memory": 0, "latency": 0}
+    selection = select_methods(_only(ids), _context(ids, budget=budget))
+    assert selection.ids == ("compute.tensor_core", "compute.register_tiling")
+    assert _skipped(selection) == {
+        "compute.wgmma": "same-budget group 'mma_path' already holds a slot this round (compute.tensor_core)"
+    }
+    assert selection.underfilled == {}
+
+
+def test_grid_shape_spans_two_axes_on_real_triggers():
+    # many short waves trigger the persistent kernel (compute); 20% occupancy triggers grid sizing (latency)
+    values = {"waves_per_sm": 3.0, "wave_duration_us": 5.0, "achieved_occupancy_pct": 20.0}
+    budget = {"compute": 1, "memory": 0, "latency": 2}
+    context = _context(("compute.persistent_kernel", "latency.grid_sizing"), budget=budget, values=values)
+    selection = select_methods(REGISTRY, attrs.evolve(context, arch="sm_90a", backend="cuda"))
+    assert selection.ids == ("compute.persistent_kernel",)
+    assert _skipped(selection)["latency.grid_sizing"] == (
+        "same-budget group 'grid_shape' already holds a slot this round (compute.persistent_kernel)"
+    )
+
+
+# ----------------------------------------------------------------------------------------- complements
+
+
+@pytest.mark.parametrize("pair", COMPLEMENT_PAIRS, ids="+".join)
+def test_complements_are_chosen_together_and_pull_nothing_in(pair):
+    a, b = (REGISTRY.get(i) for i in pair)
+    context = _context(pair)  # complements are meant to be used together: somewhere they both apply
+    shared = a.relations.same_budget is not None and a.relations.same_budget == b.relations.same_budget
+    in_order = tuple(sorted(pair, key=_scan_order))
+    scan = select_methods(_only(pair), context)
+    if shared:  # a complement is no exemption from a same-budget group
+        assert scan.ids == in_order[:1]
+        with pytest.raises(ChoiceRejected):
+            validate_choice(REGISTRY, context, Choice(methods=pair, why="together"))
+    else:
+        assert scan.ids == in_order and scan.skipped == ()
+        assert validate_choice(REGISTRY, context, Choice(methods=pair, why="together")).ids == pair
+    # the scan does not take a method because its complement was chosen: b's own trigger still decides
+    triggered_a_only = attrs.evolve(REGISTRY, methods=[_open(a), b])
+    assert b.trigger.conditions(), b.id  # every method has a trigger, unmet on no evidence
+    only_a = select_methods(triggered_a_only, context)
+    assert only_a.ids == (a.id,)
+    assert _skipped(only_a)[b.id].startswith("not triggered by the evidence: ")
+
+
+# -------------------------------------------------------------------------------------- the near floor
+
+BELOW = math.nextafter(NEAR_FLOOR, 0.0)
+
+
+@pytest.mark.parametrize("method_id", REGISTRY.ids())
+def test_near_floor_gate_at_just_below_and_above_the_threshold(method_id):
+    method = REGISTRY.get(method_id)
+    for share in (BELOW, 0.5, None):
+        assert select_methods(_only([method_id]), _context([method_id], floor_share=share)).ids == (
+            method_id,
+        )
+    for share, shown, left in ((NEAR_FLOOR, "90%", "10%"), (0.92, "92%", "8%"), (1.0, "100%", "0%")):
+        selection = select_methods(_only([method_id]), _context([method_id], floor_share=share))
+        if method.lowers_floor:  # changing the work or the peak moves the floor: still worth trying
+            assert selection.ids == (method_id,), share
+        else:
+            assert selection.ids == (), share
+            assert _skipped(selection) == {
+                method_id: f"the kernel runs at {shown} of its roofline floor: a method that keeps the work "
+                f"and the peak can gain at most {left}"
+            }
+
+
+def test_the_underfilled_reason_names_the_floor_from_ninety_percent_on():
+    ids = ["memory.coalescing"]  # keeps the work and the peak
+    at = select_methods(_only(ids), _context(ids, floor_share=NEAR_FLOOR))
+    assert at.underfilled["memory"] == (
+        "2 of 2 slot(s) left: no further method on this axis passed every gate (see skipped); the kernel "
+        "runs at 90% of its roofline floor, so only a method that lowers the floor could still pay; "
+        "no filler is added"
+    )
+    below = select_methods(_only(ids), _context(ids, floor_share=BELOW))
+    assert below.ids == ("memory.coalescing",)
+    assert below.underfilled["memory"] == (
+        "1 of 2 slot(s) left: no further method on this axis passed every gate (see skipped); "
+        "no filler is added"
+    )
+
+
+def test_near_floor_on_the_h200_softmax_evidence():
+    # the evidence of tests/knowledge/test_select.py's softmax case, at the threshold and a hair under it
+    values = {
+        "warp_stall_long_scoreboard_pct": 44.0,
+        "warp_stall_barrier_pct": 18.0,
+        "dram_throughput_pct": 83.5,
+        "waves_per_sm": 20.7,
+        "wave_duration_us": 6.2,
+        "fma_pipe_utilization_pct": 15.0,
+    }
+    budget = {"compute": 2, "memory": 1, "latency": 1}
+
+    def scan(share):
+        evidence = ProfileEvidence(
+            budget=budget, bound="memory", values=values, floor_share=share, tags=kernel_tags(None, kernels=2)
+        )
+        context = SelectionContext(evidence=evidence, arch="sm_90a", backend="cuda", dtypes=("float32",))
+        return select_methods(REGISTRY, context)
+
+    assert scan(NEAR_FLOOR).ids == ("memory.kernel_fusion",)  # only fewer bytes can lower the floor
+    assert scan(0.92).ids == ("memory.kernel_fusion",)
+    assert scan(BELOW).ids == (
+        "compute.warp_specialization",
+        "compute.persistent_kernel",
+        "memory.kernel_fusion",
+        "latency.double_buffering",
+    )
+
+
+# ------------------------------------------------------------------------------------ budget and slots
+
+
+def test_a_choice_may_fill_the_capped_budget_exactly_and_not_one_more():
+    # compute's 3 slots are capped at 2: the iteration takes 3 methods (compute 2, memory 1)
+    budget = {"compute": 3, "memory": 1, "latency": 0}
+    three = ("compute.register_tiling", "compute.loop_unrolling", "memory.smem_tiling")
+    context = _context(three, budget=budget)
+    assert validate_choice(REGISTRY, context, Choice(methods=three, why="fill")).ids == three
+    four = (*three, "latency.ilp")
+    with pytest.raises(ChoiceRejected) as refused:
+        validate_choice(REGISTRY, context, Choice(methods=four, why="one more"))
+    assert refused.value.problems == (
+        "4 methods chosen, but this iteration's budget from the roofline gaps is 3 "
+        "(compute 2, memory 1, latency 0)",
+    )
+
+
+def test_a_full_axis_leaves_the_next_triggered_method_not_reached():
+    ids = ("memory.coalescing", "memory.smem_tiling", "memory.vectorized_access")
+    budget = {"compute": 0, "memory": 1, "latency": 0}
+    selection = select_methods(_only(ids), _context(ids, budget=budget))
+    assert selection.ids == ("memory.coalescing",)
+    assert _skipped(selection) == {
+        "memory.smem_tiling": "not reached: higher priorities filled the memory budget (1)",
+        "memory.vectorized_access": "not reached: higher priorities filled the memory budget (1)",
+    }
+    assert selection.underfilled == {}
