@@ -766,7 +766,13 @@ def _method_ids(_ctx, _param, value: str | None) -> tuple[str, ...]:
 )
 @click.option("--arch", default="sm_90a", show_default=True, help="Standalone form: target architecture.")
 @click.option("--backend", default="cuda", show_default=True, help="Standalone form: backend.")
-@click.option("--dtype", "dtypes", multiple=True, help="Standalone form: operand dtype(s), e.g. float16.")
+@click.option(
+    "--dtype",
+    "dtypes",
+    multiple=True,
+    help="Standalone form: operand dtype(s), e.g. float16 (default: the inputs' dtypes in the profile.json "
+    "beside roofline.json).",
+)
 @click.option(
     "--numerics-mode",
     type=click.Choice(["reference", "strict", "approximate"]),
@@ -779,7 +785,8 @@ def _method_ids(_ctx, _param, value: str | None) -> tuple[str, ...]:
     "sass_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Standalone form: the kernel's cuobjdump --dump-sass text, for its traits (smem staging, MMA...).",
+    help="Standalone form: the kernel's cuobjdump --dump-sass text, for its traits (smem staging, MMA...); "
+    "default: the listing the profile.json beside roofline.json names.",
 )
 @click.option(
     "--out",

@@ -1,31 +1,151 @@
-"""Evidence kopt derives from a profile and its roofline together, beside the metric registry's keys.
+"""Evidence kopt derives from a profile, beside the metric registry's keys: what the roofline, the SASS
+listing, the profiled launches and the kernel's buffers say together.
 
-``ROOFLINE_EVIDENCE`` names the keys a method trigger may use besides the metric registry's;
-``roofline_evidence`` computes them, and ``floor_share`` says how close a kernel runs to its roofline
-floor. All are unknown (None) without a workload model.
+``DERIVED_EVIDENCE`` names the keys a method trigger may use besides the metric registry's;
+``derived_evidence`` computes them (None = unknown, never zero). ``work_kind`` says what kind of work the
+kernel does, from its dims, buffers, workload model and SASS, only when that evidence is clear.
+``floor_share`` says how close a kernel runs to its floor: the workload roofline's, else the memory floor
+of kopt's default workload model (every buffer moved once).
 """
 
 from __future__ import annotations
 
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+from attrs import field, frozen
+
+from kopt_core.records.fields import as_tuple
+from kopt_core.records.profile import BufferMoved, ProfiledKernel, WorkloadUsed
 from kopt_core.roofline.records import Roofline
 
-ROOFLINE_EVIDENCE = {
-    "dram_excess_ratio": "ncu's DRAM bytes over the workload model's bytes_min: how many times the kernel's "
-    "minimum traffic went through DRAM (1.0 = every byte once)",
+DERIVED_EVIDENCE = {
+    "dram_excess_ratio": "ncu's DRAM bytes over the workload model's bytes_min (the reference's model, else "
+    "kopt's default: every buffer moved once): how many times the kernel's minimum traffic went through "
+    "DRAM (1.0 = every byte once)",
+    "atomic_insts_in_sass": "global or shared atomic and reduction instructions (ATOM, ATOMG, ATOMS, RED, "
+    "REDG, REDUX excluded) in the kernel's SASS listing, a static count",
+    "repeated_launches": "the most launches in one profiled solve that share a kernel name, grid and "
+    "block (1 = every launch differs); ncu does not record arguments",
+    "narrow_matmul_without_mma": "1 when GEMM-like work (work_kind) has a float16, bfloat16, float8 or "
+    "int8 input and its SASS has no MMA instruction (HMMA, IMMA, HGMMA...), else 0",
 }
 
+ATOMIC = re.compile(r"^(ATOMG|ATOMS|ATOM|REDG|RED)(\.|$)")
+MMA = re.compile(r"^(HMMA|IMMA|DMMA|BMMA|HGMMA|QGMMA|IGMMA|BGMMA)(\.|$)")
+NARROW_DTYPES = ("float16", "bfloat16", "int8", "uint8", "float8_e4m3fn", "float8_e5m2")
+GEMM_DIMS = ("m", "n", "k")
+GEMM_INTENSITY = 16.0  # FLOP per byte of bytes_min at or above which a workload model is GEMM-like
+STREAMING_INTENSITY = 2.0  # below this (and no reduction) a workload model is streaming work
+REDUCTION_RATIO = 16  # outputs at most 1/16 of the inputs' bytes: a reduction
+WORK_KINDS = ("gemm_like", "reduction", "streaming", "unknown")
 
-def roofline_evidence(roofline: Roofline, values: dict) -> dict:
-    """The ``ROOFLINE_EVIDENCE`` values for one profile (``values``: its metric values by registry key)."""
-    dram = values.get("dram_bytes")
-    achieved = roofline.achieved
-    bytes_min = achieved.bytes_per_s * achieved.duration_ms / 1e3 if achieved is not None else None
-    return {"dram_excess_ratio": dram / bytes_min if dram is not None and bytes_min else None}
+
+@frozen
+class KernelFacts:
+    """What profile.json (and the SASS listing it names) say about the profiled kernel, beside
+    roofline.json and ncu_top.json: the launches, the buffers, the workload model used, the dims and
+    the SASS mnemonics. Every field is empty or None when the profile did not record it."""
+
+    kernels: tuple[ProfiledKernel, ...] = field(default=(), converter=as_tuple)
+    buffers: tuple[BufferMoved, ...] = field(default=(), converter=as_tuple)
+    workload: WorkloadUsed | None = None
+    dims: dict = field(factory=dict)
+    mnemonics: tuple[str, ...] | None = None
+
+    @property
+    def input_dtypes(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(b.dtype for b in self.buffers if b.role != "output"))
 
 
-def floor_share(roofline: Roofline) -> float | None:
-    """How close the kernel runs to its roofline floor (floor_ms / duration_ms; 1.0 = at the floor), or
-    None without a real roofline (no workload model: the bottleneck-gap heuristic)."""
-    if roofline.label != "roofline" or not roofline.floor_ms or not roofline.duration_ms:
+def repeated_launches(kernels: Sequence[ProfiledKernel]) -> int | None:
+    """The most launches sharing a kernel name, grid and block; None when no launch is recorded."""
+    if not kernels:
         return None
-    return roofline.floor_ms / roofline.duration_ms
+    return max(Counter((k.name, k.grid, k.block) for k in kernels).values())
+
+
+def work_kind(facts: KernelFacts) -> tuple[str, str]:
+    """(kind, why): ``gemm_like`` (dims named M, N and K, a workload model of at least 16 FLOP per byte,
+    or MMA instructions in the SASS), ``reduction`` (outputs at most 1/16 of the inputs' bytes),
+    ``streaming`` (a workload model under 2 FLOP per byte, no reduction), else ``unknown``: the kind is
+    only named when the evidence is clear."""
+    names = {str(name).lower() for name in facts.dims}
+    if set(GEMM_DIMS) <= names:
+        return "gemm_like", "dims name M, N and K"
+    model = facts.workload
+    intensity = (
+        model.flops / model.bytes_min
+        if model is not None and model.source == "reference" and model.flops is not None and model.bytes_min
+        else None
+    )
+    if intensity is not None and intensity >= GEMM_INTENSITY:
+        return "gemm_like", f"the workload model does {intensity:.3g} FLOP per byte (>= {GEMM_INTENSITY:g})"
+    if facts.mnemonics and any(MMA.match(m) for m in facts.mnemonics):
+        return "gemm_like", "the SASS issues MMA instructions"
+    inputs = sum(b.bytes for b in facts.buffers if b.role != "output")
+    outputs = sum(b.bytes for b in facts.buffers if b.role != "input")
+    if inputs and outputs and outputs * REDUCTION_RATIO <= inputs:
+        return (
+            "reduction",
+            f"outputs ({outputs} B) are at most 1/{REDUCTION_RATIO} of the inputs ({inputs} B)",
+        )
+    if intensity is not None and intensity < STREAMING_INTENSITY:
+        return (
+            "streaming",
+            f"the workload model does {intensity:.3g} FLOP per byte (< {STREAMING_INTENSITY:g})",
+        )
+    return "unknown", "no clear evidence (no M/N/K dims, no arithmetic intensity, no MMA, no reduction)"
+
+
+def _narrow_matmul_without_mma(facts: KernelFacts, kind: str) -> float | None:
+    if kind != "gemm_like":
+        return 0.0 if kind in ("reduction", "streaming") else None
+    dtypes = facts.input_dtypes
+    if not dtypes or facts.mnemonics is None:
+        return None
+    if not set(dtypes) & set(NARROW_DTYPES):
+        return 0.0
+    return 0.0 if any(MMA.match(m) for m in facts.mnemonics) else 1.0
+
+
+def derived_evidence(roofline: Roofline, values: dict, facts: KernelFacts | None = None) -> dict:
+    """The ``DERIVED_EVIDENCE`` values for one profile (``values``: its metric values by registry key)."""
+    facts = facts or KernelFacts()
+    dram = values.get("dram_bytes")
+    bytes_min = _bytes_min(roofline, facts)
+    mnemonics = facts.mnemonics
+    return {
+        "dram_excess_ratio": dram / bytes_min if dram is not None and bytes_min else None,
+        "atomic_insts_in_sass": (
+            None if mnemonics is None else float(sum(1 for m in mnemonics if ATOMIC.match(m)))
+        ),
+        "repeated_launches": _as_float(repeated_launches(facts.kernels)),
+        "narrow_matmul_without_mma": _narrow_matmul_without_mma(facts, work_kind(facts)[0]),
+    }
+
+
+def _as_float(value: int | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _bytes_min(roofline: Roofline, facts: KernelFacts) -> float | None:
+    achieved = roofline.achieved
+    if roofline.label == "roofline" and achieved is not None:
+        return achieved.bytes_per_s * achieved.duration_ms / 1e3
+    if facts.workload is not None and facts.workload.bytes_min:
+        return facts.workload.bytes_min
+    return None
+
+
+def floor_share(roofline: Roofline, facts: KernelFacts | None = None) -> float | None:
+    """How close the kernel runs to its floor (floor_ms / duration_ms; 1.0 = at the floor): the workload
+    roofline's floor, else the memory floor of the default workload model that profile.json records;
+    None without either."""
+    if roofline.label == "roofline" and roofline.floor_ms and roofline.duration_ms:
+        return roofline.floor_ms / roofline.duration_ms
+    workload = facts.workload if facts is not None else None
+    if workload is None or workload.source != "buffers" or not workload.floor_ms or not roofline.duration_ms:
+        return None
+    return workload.floor_ms / roofline.duration_ms

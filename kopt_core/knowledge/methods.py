@@ -191,12 +191,12 @@ class MethodRegistry:
 
 
 def evidence_keys() -> frozenset[str]:
-    """Every key a trigger or metric skip may name: the metric registry's and ``ROOFLINE_EVIDENCE``
+    """Every key a trigger or metric skip may name: the metric registry's and ``DERIVED_EVIDENCE``
     (``kopt_core.knowledge.evidence``)."""
-    from kopt_core.knowledge.evidence import ROOFLINE_EVIDENCE
+    from kopt_core.knowledge.evidence import DERIVED_EVIDENCE
     from kopt_core.ncu.metrics import load_registry
 
-    return frozenset(load_registry().keys()) | frozenset(ROOFLINE_EVIDENCE)
+    return frozenset(load_registry().keys()) | frozenset(DERIVED_EVIDENCE)
 
 
 def _check_consistency(document: dict, where: str) -> None:
@@ -237,13 +237,13 @@ def _check_consistency(document: dict, where: str) -> None:
                     if condition["metric"] not in metric_keys:
                         raise ConfigError(
                             f"{where}: {path}.trigger.{at}.metric: unknown metric key "
-                            f"{condition['metric']!r} (not in the metric registry nor ROOFLINE_EVIDENCE)"
+                            f"{condition['metric']!r} (not in the metric registry nor DERIVED_EVIDENCE)"
                         )
         for position, skip in enumerate(entry["skip_if"]):
             if skip["kind"] == "metric" and skip["metric"] not in metric_keys:
                 raise ConfigError(
                     f"{where}: {path}.skip_if[{position}].metric: unknown metric key "
-                    f"{skip['metric']!r} (not in the metric registry nor ROOFLINE_EVIDENCE)"
+                    f"{skip['metric']!r} (not in the metric registry nor DERIVED_EVIDENCE)"
                 )
         for position, feature in enumerate(entry["requires"]):
             if feature not in features:

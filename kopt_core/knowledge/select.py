@@ -52,6 +52,7 @@ TAG_PATTERNS = {
 }
 TAGS = (
     "atomics",
+    "gemm_like",
     "block_reduction",
     "cooperative_grid_sync",
     "multi_kernel",
@@ -95,14 +96,16 @@ class Selection:
     skipped: tuple[Skipped, ...] = field(default=(), converter=as_tuple)
     underfilled: dict = field(factory=dict)  # axis -> why its budget was not spent
     kernel_tags: dict = field(factory=dict)  # trait -> true / false / null (unknown)
-    floor_share: float | None = (
-        None  # roofline floor_ms / duration_ms (1.0 = at the floor); None = no roofline
-    )
+    # floor_ms / duration_ms (1.0 = at the floor): the workload roofline's, else the default model's
+    # memory floor; None = no floor known
+    floor_share: float | None = None
     # who chose ``selected``: the scan, or an agent overruling it (skipped and underfilled stay the scan's)
     chosen_by: Literal["scan", "agent", "search"] = "scan"
     why: str | None = None  # the agent's (or the search's) reason; None when the scan chose
     # the scan's own picks on the same evidence, whoever chose: what an agent's choice departs from
     scan_selected: tuple[Picked, ...] = field(default=(), converter=as_tuple)
+    work_kind: str = "unknown"  # what kind of work the evidence says the kernel does, and why
+    work_kind_why: str = ""
     schema_version: int = SELECTION_SCHEMA_VERSION
 
     @property
@@ -125,15 +128,20 @@ def selection_v1_to_v2(data: dict) -> dict:
 MIGRATIONS.setdefault(SELECTION_KIND, {})[1] = selection_v1_to_v2
 
 
-def kernel_tags(mnemonics: list[str] | None, *, kernels: int | None = None) -> dict[str, bool | None]:
-    """Which traits the kernel's SASS shows (None for each when there is no listing), and whether the
-    profiled solve launched more than one kernel (``kernels``: the profile's kernel count)."""
+def kernel_tags(
+    mnemonics: Sequence[str] | None, *, kernels: int | None = None, work_kind: str = "unknown"
+) -> dict[str, bool | None]:
+    """Which traits the kernel's SASS shows (None for each when there is no listing), whether the
+    profiled solve launched more than one kernel (``kernels``: the profile's kernel count), and whether
+    its work is GEMM-like (``work_kind``: known only when the kind is named; unknown stays None)."""
     tags: dict[str, bool | None] = {tag: None for tag in TAGS}
     if mnemonics:
         for tag, pattern in TAG_PATTERNS.items():
             tags[tag] = any(re.match(pattern, m) for m in mnemonics)
     if kernels:
         tags["multi_kernel"] = kernels > 1
+    if work_kind != "unknown":
+        tags["gemm_like"] = work_kind == "gemm_like"
     return tags
 
 
@@ -146,9 +154,13 @@ class ProfileEvidence:
     budget: dict  # axis -> slots (roofline.json's axis_budget)
     bound: str
     values: dict  # metric registry key (or a roofline evidence key) -> value; None = unknown
-    # roofline floor_ms / duration_ms (1.0 = at the floor); None without a workload roofline
+    # floor_ms / duration_ms (1.0 = at the floor): the workload roofline's floor, else the default
+    # model's memory floor; None without either
     floor_share: float | None = None
     tags: dict = field(factory=lambda: kernel_tags(None))
+    work_kind: str = "unknown"  # gemm_like | reduction | streaming | unknown (knowledge.evidence)
+    work_kind_why: str = ""
+    bundle: str = ""  # the ncu bundle the values came from (full | light | imported)
 
 
 def _dict_or_empty(value: dict | None) -> dict:
@@ -272,6 +284,8 @@ def select_methods(registry: MethodRegistry, context: SelectionContext) -> Selec
         kernel_tags=evidence.tags,
         floor_share=evidence.floor_share,
         scan_selected=chosen,
+        work_kind=evidence.work_kind,
+        work_kind_why=evidence.work_kind_why,
     )
 
 
@@ -343,7 +357,16 @@ def _untriggered(method: Method, _registry: MethodRegistry, context: SelectionCo
     if method.trigger.holds(values):
         return None
     conditions = (*method.trigger.all, *method.trigger.any)
-    return "not triggered by the evidence: " + "; ".join(_condition_text(c, values) for c in conditions)
+    reason = "not triggered by the evidence: " + "; ".join(_condition_text(c, values) for c in conditions)
+    missing = [key for key in dict.fromkeys(method.trigger.metrics()) if values.get(key) is None]
+    if missing:
+        bundle = context.evidence.bundle
+        source = f"the {bundle} bundle" if bundle else "this profile"
+        reason += (
+            f" -- inconclusive: {', '.join(missing)} not measured by {source}, so the trigger could not "
+            "fire on them (a full-set profile, or a kernel SASS listing, would decide)"
+        )
+    return reason
 
 
 # The gates in the order the scan applies them (the module docstring), each marked hard when it binds an

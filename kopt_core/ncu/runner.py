@@ -1,7 +1,10 @@
 """Running Nsight Compute on one invocation of a kernel, with the adaptive metric bundle.
 
-The full set below 10 ms of kernel time, the light (basic) set at 10 ms and above; a full replay that
-times out or exits with code 11 is retried light. Every attempt is recorded. ncu never touches the
+The full set below 10 ms of kernel time, the light bundle at 10 ms and above: ncu's basic set plus the
+hardware-counter metrics of kopt's metric registry that the basic set lacks (warp-state stalls, memory
+workload: ``light_extra_metrics``), so the triggers that read them can fire on long kernels too. A full
+replay that times out or exits with code 11 is retried light; a light run that ncu refuses (a non-zero
+exit) is retried once with the basic set alone. Every attempt is recorded. ncu never touches the
 card's clocks (``--clock-control none``). A run without a report is a failure (exit 3), never a silent
 success.
 """
@@ -23,6 +26,34 @@ BUNDLE_ARGS = {"full": ("--set", "full"), "light": ("--set", "basic")}
 REPLAY_EXIT_CODE = 11  # ncu: the replay failed (commonly out of memory for saved state, or a timeout)
 
 
+# Metrics ncu computes by SASS patching (sass__*, smsp__sass_*) or from section-defined formulas
+# (derived__*): costly, or not collectable by name; the light bundle leaves them to the full set.
+NOT_IN_LIGHT = ("sass__", "smsp__sass_", "derived__")
+
+
+def light_extra_metrics(registry=None) -> tuple[str, ...]:
+    """The ncu metric names the light bundle adds to the basic set: for each metric-registry entry the
+    basic set does not carry, its first name (or, for a sum or ratio, the inputs of its derivation),
+    leaving out those in ``NOT_IN_LIGHT``; and the warp-stall family's total, which the stall shares
+    divide by. tests/ncu checks every name against a real ncu 2025.3.1 full-set report of the H200."""
+    from kopt_core.ncu.metrics import load_registry
+
+    registry = registry or load_registry()
+    names: list[str] = []
+    for spec in registry.metrics:
+        if "basic" in spec.sets:
+            continue
+        derive = spec.derive
+        if derive is not None and derive.kind in ("sum_of", "ratio_of"):  # its inputs are what ncu knows
+            wanted = [*derive.terms, *(n for n in (derive.numerator, derive.denominator) if n)]
+        else:
+            wanted = list(spec.ncu_names[:1])
+        names += [n for n in wanted if not n.startswith(NOT_IN_LIGHT)]
+    for group in registry.groups.values():
+        names += [f.total for f in group.families if f.total and not f.total.startswith(NOT_IN_LIGHT)]
+    return tuple(dict.fromkeys(names))
+
+
 def find_ncu() -> str | None:
     return find_tool("ncu")
 
@@ -37,7 +68,13 @@ def choose_bundle(duration_ms: float | None) -> tuple[str, str]:
 
 
 def ncu_command(
-    ncu: str, bundle: str, report_base: Path, target: list[str], kernel_filter: str | None
+    ncu: str,
+    bundle: str,
+    report_base: Path,
+    target: list[str],
+    kernel_filter: str | None,
+    *,
+    light_extras: bool = True,
 ) -> list[str]:
     command = [
         ncu,
@@ -52,6 +89,8 @@ def ncu_command(
         str(report_base),
         *BUNDLE_ARGS[bundle],
     ]
+    if bundle == "light" and light_extras:
+        command += ["--metrics", ",".join(light_extra_metrics())]
     if kernel_filter:
         command += ["--kernel-name", kernel_filter]
     return command + list(target)
@@ -91,9 +130,12 @@ def profile(
     attempts: list[NcuAttempt] = []
     report_base = out_dir / name
     report = report_base.with_suffix(".ncu-rep")
+    light_extras = True
     while True:
         report.unlink(missing_ok=True)
-        command = ncu_command(ncu, bundle, report_base, target, launch.kernel_filter)
+        command = ncu_command(
+            ncu, bundle, report_base, target, launch.kernel_filter, light_extras=light_extras
+        )
         log = out_dir / f"ncu_{name}_{bundle}.log"
         limit = full_timeout_s if (bundle == "full" and full_timeout_s is not None) else timeout_s
         with progress.step(f"profiling {name} with ncu ({bundle} set, replaying the kernel)"):
@@ -119,6 +161,12 @@ def profile(
         if bundle == "full" and (timed_out or code == REPLAY_EXIT_CODE):
             why = "timed out" if timed_out else f"exited {REPLAY_EXIT_CODE}"
             bundle, reason = "light", f"the full replay {why}: retried with the light set"
+            continue
+        if bundle == "light" and light_extras and not timed_out and code not in (0, None):
+            light_extras = False
+            reason += (
+                f"; ncu exited {code} with the light bundle's extra metrics: retried with the basic set alone"
+            )
             continue
         tail = log.read_text(errors="replace").strip().splitlines()[-12:]
         raise HardwareError(

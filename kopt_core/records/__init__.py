@@ -49,6 +49,7 @@ from kopt_core.records.paired import (
 from kopt_core.records.preflight import PreflightReport
 from kopt_core.records.profile import (
     PROFILE_SCHEMA_VERSION,
+    BufferMoved,
     KernelProfile,
     MetricValue,
     NcuAttempt,
@@ -59,6 +60,7 @@ from kopt_core.records.profile import (
     ProfileSummary,
     RuleFinding,
     SassFile,
+    WorkloadUsed,
     read_profile_summary,
 )
 
@@ -68,6 +70,7 @@ __all__ = [
     "AblationSpec",
     "Artifact",
     "AttributionRecord",
+    "BufferMoved",
     "BENCH_SCHEMA_VERSION",
     "BackendInfo",
     "BenchOptions",
@@ -115,6 +118,7 @@ __all__ = [
     "Tolerance",
     "Toolchain",
     "Workload",
+    "WorkloadUsed",
     "from_data",
     "make_converter",
     "migrate",

@@ -123,6 +123,29 @@ class SassFile:
 
 
 @frozen
+class BufferMoved:
+    """One buffer of the profiled solve as the bench realised it: its dtype, role and size."""
+
+    name: str
+    dtype: str
+    role: str  # input | output | inout
+    bytes: int
+
+
+@frozen
+class WorkloadUsed:
+    """The workload model a profile measured the kernel against: the reference's ``workload_model``, or
+    kopt's default when the reference has none (``source`` "buffers": every input read once, every
+    output written once; bytes only, no flops), with its memory floor on the profile's ceilings."""
+
+    source: str  # reference | buffers
+    bytes_min: float | None
+    flops: float | None = None
+    floor_ms: float | None = None  # the default model's memory floor; None when it does not apply
+    note: str = ""
+
+
+@frozen
 class ProfileSummary:
     """profile.json: what one profile ran and found. A profile imported from an existing report has no
     kernel file, harness timing, ncu attempts or SASS: those fields stay unknown (None)."""
@@ -141,6 +164,8 @@ class ProfileSummary:
     ncu_seconds: float | None = None
     sass: SassFile | None = None
     total_seconds: float | None = None
+    buffers: tuple[BufferMoved, ...] = field(default=(), converter=as_tuple)  # empty when not recorded
+    workload: WorkloadUsed | None = None
     schema_version: int = PROFILE_SCHEMA_VERSION
 
 

@@ -3,7 +3,7 @@ duration gives its achieved rates; utilisation = achieved rate / the device's me
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kopt_core.roofline.reading import LABEL_ROOFLINE, AxisReading, clamp01, format_rate, known, pct
@@ -52,6 +52,42 @@ def why_no_roofline(
     if missing:
         return "workload model present but " + ", ".join(missing) + " missing: bottleneck-gap heuristic"
     return None
+
+
+def default_bytes_min(buffers: Sequence[Any]) -> int | None:
+    """kopt's default workload model for a reference without ``workload_model``: each input read once,
+    each output written once, an in-out buffer both (``buffers``: records with ``bytes`` and ``role``);
+    None without buffers."""
+    if not buffers:
+        return None
+    return sum(b.bytes * (2 if b.role == "inout" else 1) for b in buffers)
+
+
+def default_memory_floor(
+    bytes_min: float, duration_ms: float | None, ceilings: Ceilings | None
+) -> tuple[float | None, str]:
+    """(floor_ms, why) of kopt's default workload model (every buffer moved once, no flops) on
+    ``ceilings``. The floor is dropped (None) when the kernel ran faster than it allows, beyond the
+    write-back allowance: then the kernel touches less than its whole buffers (a gather, a sparse
+    update) and the default model overstates its traffic."""
+    bandwidth = known(ceilings.bandwidth_bytes_per_s) if ceilings is not None else None
+    if ceilings is None or not bandwidth or bandwidth <= 0 or bytes_min <= 0:
+        return None, "no memory floor: no bandwidth ceiling or no bytes"
+    floor_ms = bytes_min / bandwidth * 1e3
+    if duration_ms is None or duration_ms <= 0:
+        return None, "no memory floor: no measured duration"
+    allowed = 1.0 + BELOW_FLOOR_TOLERANCE + write_back_allowance(ceilings, bytes_min)
+    if floor_ms > duration_ms * allowed:
+        return None, (
+            f"no memory floor: moving every buffer once ({format_rate(bytes_min, 'B')}) takes "
+            f"{floor_ms:.4g} ms at {format_rate(bandwidth, 'B/s')}, but the kernel took "
+            f"{duration_ms:.4g} ms: it touches less than its whole buffers, so the default model does not "
+            "bound it"
+        )
+    return floor_ms, (
+        f"memory floor {floor_ms:.4g} ms: every buffer moved once ({format_rate(bytes_min, 'B')}) at "
+        f"{format_rate(bandwidth, 'B/s')}; the reference has no workload_model, so no compute floor"
+    )
 
 
 def workload_roofline(

@@ -161,7 +161,7 @@ def select_in_run(
     from kopt_core.steps.select import (
         choice_of,
         read_evidence,
-        read_traits,
+        read_kernel_facts,
         render_analysis,
         select_from_evidence,
         write_selection,
@@ -175,7 +175,7 @@ def select_in_run(
             raise ConfigError(f"{folder} does not exist: open the iteration first (kopt iter open)")
         roofline, ncu_top = read_evidence(folder / "roofline.json", folder / "ncu_top.json")
         arch = arch_for_capability(_capability(state))
-        mnemonics, traits = read_traits(profile_dir=folder)
+        facts, notes = read_kernel_facts(folder)
         selection = select_from_evidence(
             roofline,
             ncu_top,
@@ -188,12 +188,11 @@ def select_in_run(
             implementation_failed=state.implementation_failed_methods,
             acknowledged=acknowledged,
             dtypes=_input_dtypes(state),
-            sass_mnemonics=mnemonics,
+            facts=facts,
             choice=choice,
         )
         if for_search:
             selection = attrs.evolve(selection, selected=(), chosen_by="search", why="a parameter search")
-        notes = [traits]
         return write_selection(
             folder, selection, render_analysis(selection, roofline, ncu_top, state.best_file, notes)
         )

@@ -34,18 +34,21 @@ from kopt_core.ncu.parse import attach_findings, parse_details_csv, parse_raw_cs
 from kopt_core.records import (
     BenchOptions,
     BenchResult,
+    BufferMoved,
     KernelProfile,
     ProfiledKernel,
     ProfileOptions,
     ProfileReport,
     ProfileSummary,
     SassFile,
+    WorkloadUsed,
     from_data,
     to_data,
 )
 from kopt_core.reference import ReferenceModule, load_reference
 from kopt_core.roofline.ceilings import DEFAULT_CEILINGS
 from kopt_core.roofline.gaps import build_ncu_top, compute_roofline, metric_values
+from kopt_core.roofline.model import default_bytes_min, default_memory_floor
 from kopt_core.roofline.plot import plot_roofline
 from kopt_core.roofline.records import Ceilings, NcuTop, Roofline
 from kopt_core.steps.bench import Prepared, prepare, run_bench
@@ -105,6 +108,32 @@ def reference_evidence(reference: str | Path | None, dims: dict) -> tuple[dict |
     ref = load_reference(reference)
     model = ref.workload(dims)
     return model, peak_dtype(model, described_inputs(ref, dims))
+
+
+def buffers_moved(bench: BenchResult) -> tuple[BufferMoved, ...]:
+    """The solve's buffers as profile.json records them (for the default workload model and the kind of
+    work)."""
+    return tuple(BufferMoved(name=b.name, dtype=b.dtype, role=b.role, bytes=b.bytes) for b in bench.buffers)
+
+
+def workload_used(
+    model: dict | None, buffers: tuple[BufferMoved, ...], duration_ms: float | None, ceilings: Ceilings
+) -> WorkloadUsed | None:
+    """The workload model a profile was measured against: the reference's, else kopt's default from the
+    buffers (every input read once, every output written once, an in-out buffer both) with its memory
+    floor; None when there is neither."""
+    if model is not None:
+        return WorkloadUsed(
+            source="reference",
+            bytes_min=float(model["bytes_min"]),
+            flops=float(model["flops"]),
+            note="the reference's workload_model",
+        )
+    bytes_min = default_bytes_min(buffers)
+    if bytes_min is None:
+        return None
+    floor_ms, why = default_memory_floor(bytes_min, duration_ms, ceilings)
+    return WorkloadUsed(source="buffers", bytes_min=float(bytes_min), floor_ms=floor_ms, note=why)
 
 
 def _aggregate(report: ProfileReport) -> KernelProfile:
@@ -237,6 +266,7 @@ def profile_prepared(
     )
     ncu_ms = _aggregate(report).duration_ms
     sass = keep_disassembly(pm, prepared.artifact, out_dir / f"{name}.sass")
+    buffers = buffers_moved(bench)
     summary = ProfileSummary(
         report=str(report_path),
         bundle=bundle,
@@ -252,6 +282,8 @@ def profile_prepared(
         ncu_seconds=sum(a.seconds for a in attempts),
         sass=sass,
         total_seconds=time.perf_counter() - started,
+        buffers=buffers,
+        workload=workload_used(model, buffers, ncu_ms, options.ceilings),
     )
     write_json(out_dir / f"{prefix}profile.json", to_data(summary))
     return ProfileOutcome(out_dir=out_dir, report=report, ncu_top=ncu_top, roofline=roofline, summary=summary)

@@ -8,12 +8,14 @@ import json
 from pathlib import Path
 from typing import TypeVar
 
+import attrs
+
 from kopt_core.bench.buffers import FLOAT_DTYPES
 from kopt_core.contract import INTEGER_SCALARS
 from kopt_core.errors import ConfigError
 from kopt_core.hardware import parse_arch
 from kopt_core.jsonio import write_json, write_text_atomic
-from kopt_core.knowledge.evidence import floor_share, roofline_evidence
+from kopt_core.knowledge.evidence import KernelFacts, derived_evidence, floor_share, work_kind
 from kopt_core.knowledge.methods import load_methods
 from kopt_core.knowledge.select import (
     Choice,
@@ -109,18 +111,27 @@ def select_from_evidence(
     ncu_top: NcuTop,
     *,
     sass_mnemonics: list[str] | None = None,
+    facts: KernelFacts | None = None,
     choice: Choice | None = None,
     **context,
 ) -> Selection:
     """The scan on one profile, or ``choice`` checked against the hard constraints beside the scan's
-    picks (ChoiceRejected, a ConfigError, names every one it breaks); ``context`` holds the other fields
-    of a ``SelectionContext``."""
+    picks (ChoiceRejected, a ConfigError, names every one it breaks). ``facts`` is what profile.json
+    says about the kernel (``read_kernel_facts``); ``sass_mnemonics``, when given, replaces its SASS;
+    ``context`` holds the other fields of a ``SelectionContext``."""
+    facts = facts or KernelFacts()
+    if sass_mnemonics is not None:
+        facts = attrs.evolve(facts, mnemonics=tuple(sass_mnemonics))
+    kind, kind_why = work_kind(facts)
     evidence = ProfileEvidence(
         budget=dict(roofline.axis_budget),
         bound=roofline.bound,
-        values={**ncu_top.values, **roofline_evidence(roofline, ncu_top.values)},
-        floor_share=floor_share(roofline),
-        tags=kernel_tags(sass_mnemonics, kernels=ncu_top.kernels),
+        values={**ncu_top.values, **derived_evidence(roofline, ncu_top.values, facts)},
+        floor_share=floor_share(roofline, facts),
+        tags=kernel_tags(facts.mnemonics, kernels=ncu_top.kernels, work_kind=kind),
+        work_kind=kind,
+        work_kind_why=kind_why,
+        bundle=ncu_top.bundle,
     )
     selection_context = SelectionContext(evidence=evidence, **context)
     if choice is None:
@@ -210,7 +221,9 @@ def render_analysis(
         ),
         skipped=_lines([f"`{s.id}` ({s.axis}): {s.reason}" for s in selection.skipped]),
         underfilled=_lines([f"{axis}: {why}" for axis, why in selection.underfilled.items()]),
-        notes=_lines(notes),
+        notes=_lines(
+            [f"kind of work: {selection.work_kind} ({selection.work_kind_why or 'not read'})", *notes]
+        ),
     )
 
 
@@ -221,35 +234,76 @@ def write_selection(out_dir: str | Path, selection: Selection, analysis: str) ->
     return out / "methods.json"
 
 
+def read_kernel_facts(
+    profile_dir: str | Path | None = None, *, sass_path: str | Path | None = None
+) -> tuple[KernelFacts, list[str]]:
+    """What the profile in ``profile_dir`` recorded about the kernel (profile.json: its launches, buffers,
+    workload model and dims; the SASS listing it kept, or ``sass_path`` when given), and notes saying
+    what was read and what was not. A missing or unreadable profile.json leaves those facts unknown."""
+    from kopt_core.records import read_profile_summary
+
+    notes: list[str] = []
+    summary = None
+    kept_sass: Path | None = None
+    if profile_dir is not None:
+        path = Path(profile_dir) / "profile.json"
+        if not path.is_file():
+            notes.append(f"no {path}: launches, buffers and workload model unknown")
+        else:
+            try:
+                summary = read_profile_summary(path)
+            except (OSError, ValueError) as exc:
+                notes.append(f"{path} not read ({exc}): launches, buffers and workload model unknown")
+    if summary is not None:
+        notes.append(
+            f"profile.json: {len(summary.kernels)} launch(es), {len(summary.buffers)} buffer(s), workload "
+            + (
+                f"from the {summary.workload.source} ({summary.workload.note})"
+                if summary.workload
+                else "unknown"
+            )
+        )
+        if sass_path is None and summary.sass is not None and summary.sass.file:
+            kept_sass = Path(str(profile_dir)) / summary.sass.file
+    mnemonics, traits = _read_mnemonics(
+        Path(sass_path) if sass_path is not None else kept_sass,
+        why_none=(summary.sass.error if summary and summary.sass and summary.sass.error else None)
+        or ("profile.json names no SASS listing" if summary is not None else "no SASS given"),
+    )
+    notes.append(traits)
+    facts = KernelFacts(
+        kernels=summary.kernels if summary else (),
+        buffers=summary.buffers if summary else (),
+        workload=summary.workload if summary else None,
+        dims=dict(summary.dims or {}) if summary else {},
+        mnemonics=mnemonics,
+    )
+    return facts, notes
+
+
+def _read_mnemonics(sass_path: Path | None, *, why_none: str) -> tuple[tuple[str, ...] | None, str]:
+    from kopt_core.sass import parse_sass
+
+    skipped = "kernel_has / kernel_lacks skips not applied"
+    if sass_path is None:
+        return None, f"kernel traits not read ({why_none}): {skipped}"
+    try:
+        listing = parse_sass(sass_path.read_text(errors="replace"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read the SASS listing {sass_path}: {exc}") from None
+    if listing.empty:
+        return None, f"kernel traits not read ({sass_path} has no instructions): {skipped}"
+    return tuple(listing.instructions), f"kernel traits read from {sass_path}"
+
+
 def read_traits(
     sass_path: str | Path | None = None, *, profile_dir: str | Path | None = None
 ) -> tuple[list[str] | None, str]:
     """The kernel's SASS mnemonics (for kernel_has / kernel_lacks skip conditions) and a note saying
     where they came from: ``sass_path`` when given, else the listing the profile in ``profile_dir`` kept
     (its profile.json names it). None when there is none: those skip conditions are then not applied."""
-    from kopt_core.records import read_profile_summary
-    from kopt_core.sass import parse_sass
-
-    if sass_path is None and profile_dir is not None:
-        summary = Path(profile_dir) / "profile.json"
-        kept = read_profile_summary(summary).sass if summary.is_file() else None
-        if kept is None or not kept.file:
-            why = (kept and kept.error) or f"{summary} names no SASS listing"
-            return None, f"kernel traits not read ({why}): kernel_has / kernel_lacks skips not applied"
-        sass_path = Path(profile_dir) / kept.file
-    if sass_path is None:
-        return None, "kernel traits not read (no SASS given): kernel_has / kernel_lacks skips not applied"
-    try:
-        listing = parse_sass(Path(sass_path).read_text(errors="replace"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read the SASS listing {sass_path}: {exc}") from None
-    if listing.empty:
-        return (
-            None,
-            f"kernel traits not read ({sass_path} has no instructions): kernel_has / kernel_lacks "
-            "skips not applied",
-        )
-    return list(listing.instructions), f"kernel traits read from {sass_path}"
+    facts, notes = read_kernel_facts(profile_dir, sass_path=sass_path)
+    return (None if facts.mnemonics is None else list(facts.mnemonics)), notes[-1]
 
 
 def select_standalone(
@@ -275,7 +329,10 @@ def select_standalone(
     choice = choice_of(tuple(methods), why)
     arch = check_standalone_options(arch, backend, tuple(dtypes), installed_backends=installed_backends)
     roofline, ncu_top = read_evidence(roofline_path, ncu_top_path)
-    mnemonics, traits = read_traits(sass_path, profile_dir=Path(roofline_path).parent)
+    facts, notes = read_kernel_facts(Path(roofline_path).parent, sass_path=sass_path)
+    if not dtypes and facts.input_dtypes:
+        dtypes = facts.input_dtypes
+        notes.append(f"operand dtypes from profile.json's buffers: {', '.join(dtypes)}")
     selection = select_from_evidence(
         roofline,
         ncu_top,
@@ -283,7 +340,7 @@ def select_standalone(
         backend=backend,
         numerics_mode=numerics_mode,
         dtypes=tuple(dtypes),
-        sass_mnemonics=mnemonics,
+        facts=facts,
         choice=choice,
     )
     analysis = render_analysis(
@@ -291,6 +348,6 @@ def select_standalone(
         roofline,
         ncu_top,
         str(roofline_path),
-        [f"standalone selection: no method history; {traits}"],
+        ["standalone selection: no method history", *notes],
     )
     return write_selection(Path(out_dir or Path(roofline_path).parent), selection, analysis)

@@ -65,9 +65,9 @@ def test_by_axis_sorted_by_unique_priority(registry):
 
 
 def test_every_trigger_metric_is_a_registry_key(registry):
-    from kopt_core.knowledge.evidence import ROOFLINE_EVIDENCE
+    from kopt_core.knowledge.evidence import DERIVED_EVIDENCE
 
-    keys = set(load_registry().keys()) | set(ROOFLINE_EVIDENCE)
+    keys = set(load_registry().keys()) | set(DERIVED_EVIDENCE)
     for method in registry.methods:
         assert method.trigger.metrics(), method.id
         for metric in method.trigger.metrics():

@@ -8,7 +8,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from kopt_core.knowledge.evidence import roofline_evidence
+from kopt_core.knowledge.evidence import derived_evidence
 from kopt_core.steps.select import read_evidence, read_traits, select_from_evidence
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "h200" / "runs"
@@ -77,9 +77,9 @@ def test_dram_excess_is_the_profile_over_the_workload_model_and_unknown_without_
     roofline, ncu_top = read_evidence(folder / "roofline.json", folder / "ncu_top.json")
     # 64M floats read and written: 536870912 bytes at least; ncu counted 517686016 through DRAM (the
     # last dirty lines leave L2 after the kernel ends)
-    assert roofline_evidence(roofline, ncu_top.values)["dram_excess_ratio"] == pytest.approx(
+    assert derived_evidence(roofline, ncu_top.values)["dram_excess_ratio"] == pytest.approx(
         517686016 / 536870912
     )
     assert (
-        roofline_evidence(attrs.evolve(roofline, achieved=None), ncu_top.values)["dram_excess_ratio"] is None
+        derived_evidence(attrs.evolve(roofline, achieved=None), ncu_top.values)["dram_excess_ratio"] is None
     )

@@ -21,11 +21,13 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --set) set_name="$2"; shift 2 ;;
     --export) export_base="$2"; shift 2 ;;
+    --metrics) metrics="$2"; shift 2 ;;
     *) shift ;;
   esac
 done
 echo "==PROF== set $set_name"
 echo "==PROF== probe $PROBE"
+[ -n "$metrics" ] && [ "$EXTRAS" = "reject" ] && { echo "==ERROR== Failed to find metric"; exit 1; }
 case "$set_name" in
   full) [ "$FULL" = "exit11" ] && exit 11; [ "$FULL" = "hang" ] && sleep 30 ;;
   basic) [ "$LIGHT" = "fail" ] && { echo "==ERROR== ERR_NVGPUCTRPERM"; exit 1; } ;;
@@ -113,3 +115,63 @@ def test_missing_ncu_is_a_hardware_failure(tmp_path, monkeypatch):
     monkeypatch.setattr("kopt_core.ncu.runner.find_ncu", lambda: None)
     with pytest.raises(HardwareError, match="ncu"):
         profile(["true"], tmp_path)
+
+
+def test_the_light_bundle_adds_the_registry_metrics_the_basic_set_lacks(tmp_path):
+    from kopt_core.ncu.runner import light_extra_metrics
+
+    light = ncu_command("ncu", "light", tmp_path / "r", ["x"], None)
+    assert light[light.index("--set") + 1] == "basic"
+    assert light[light.index("--metrics") + 1] == ",".join(light_extra_metrics())
+    assert "--metrics" not in ncu_command("ncu", "full", tmp_path / "r", ["x"], None)
+    assert "--metrics" not in ncu_command("ncu", "light", tmp_path / "r", ["x"], None, light_extras=False)
+
+
+def test_every_light_metric_is_a_name_real_ncu_reported_on_the_h200():
+    """A name ncu does not know fails the whole run: each one must be in the real ncu 2025.3.1 full-set
+    report of the H200; SASS-patched and section-derived metrics stay out (cost, not collectable)."""
+    import csv
+    import io
+
+    from kopt_core.ncu.metrics import load_registry
+    from kopt_core.ncu.runner import light_extra_metrics
+
+    raw = (Path(__file__).parents[1] / "fixtures/h200/naive_full_raw.csv").read_text()
+    rows = "".join(line for line in raw.splitlines(True) if line.startswith('"'))
+    header = set(next(csv.reader(io.StringIO(rows))))
+    names = light_extra_metrics()
+    assert names and [n for n in names if n not in header] == []
+    assert not [n for n in names if n.startswith(("sass__", "smsp__sass_", "derived__"))]
+    # what the triggers of the warp-state and memory-workload methods read
+    for wanted in (
+        "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+        "smsp__average_warp_latency_per_inst_issued.ratio",
+        "l1tex__t_sector_hit_rate.pct",
+        "lts__t_sector_hit_rate.pct",
+        "dram__bytes_read.sum",
+        "dram__bytes_write.sum",
+        "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+        "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
+        "smsp__warps_eligible.avg.per_cycle_active",
+    ):
+        assert wanted in names, wanted
+    basic_only = {n for s in load_registry().metrics if "basic" in s.sets for n in s.ncu_names[:1]}
+    assert not basic_only & set(names)  # the basic set has them already
+
+
+def test_light_extras_that_ncu_refuses_are_retried_with_the_basic_set(fake_ncu, tmp_path, monkeypatch):
+    monkeypatch.setenv("EXTRAS", "reject")
+    report, bundle, reason, attempts = profile(["true"], tmp_path, ncu=fake_ncu, duration_ms=20.0)
+    assert report.is_file() and bundle == "light"
+    assert [(a.bundle, a.returncode, "--metrics" in a.command) for a in attempts] == [
+        ("light", 1, True),
+        ("light", 0, False),
+    ]
+    assert "retried with the basic set alone" in reason
+
+
+def test_a_light_run_that_fails_without_extras_too_is_a_hardware_failure(fake_ncu, tmp_path, monkeypatch):
+    monkeypatch.setenv("LIGHT", "fail")
+    with pytest.raises(HardwareError, match="ERR_NVGPUCTRPERM"):
+        profile(["true"], tmp_path, ncu=fake_ncu, duration_ms=20.0)
+    assert len(list(tmp_path.glob("ncu_*.log"))) == 1  # one log per bundle, the retry rewrote it
