@@ -28,6 +28,9 @@ DERIVED_EVIDENCE = {
     "REDG, REDUX excluded) in the kernel's SASS listing, a static count",
     "repeated_launches": "the most launches in one profiled solve that share a kernel name, grid and "
     "block (1 = every launch differs); ncu does not record arguments",
+    "redundant_launches": "repeated_launches when the DRAM traffic says each of those launches moved the "
+    "whole workload (dram_bytes >= 0.8 x launches x bytes_min: the same work done again), 1 when they "
+    "split it (one launch per row, per tile), unknown without DRAM bytes or a workload model",
     "narrow_matmul_without_mma": "1 when GEMM-like work (work_kind) has a float16, bfloat16, float8 or "
     "int8 input and its SASS has no MMA instruction (HMMA, IMMA, HGMMA...), else 0",
 }
@@ -39,6 +42,7 @@ GEMM_DIMS = ("m", "n", "k")
 GEMM_INTENSITY = 16.0  # FLOP per byte of bytes_min at or above which a workload model is GEMM-like
 STREAMING_INTENSITY = 2.0  # below this (and no reduction) a workload model is streaming work
 REDUCTION_RATIO = 16  # outputs at most 1/16 of the inputs' bytes: a reduction
+REDUNDANT_TRAFFIC = 0.8  # each repeated launch moved at least 80% of bytes_min through DRAM
 WORK_KINDS = ("gemm_like", "reduction", "streaming", "unknown")
 
 
@@ -115,15 +119,29 @@ def derived_evidence(roofline: Roofline, values: dict, facts: KernelFacts | None
     facts = facts or KernelFacts()
     dram = values.get("dram_bytes")
     bytes_min = _bytes_min(roofline, facts)
+    excess = dram / bytes_min if dram is not None and bytes_min else None
     mnemonics = facts.mnemonics
+    repeats = repeated_launches(facts.kernels)
     return {
-        "dram_excess_ratio": dram / bytes_min if dram is not None and bytes_min else None,
+        "dram_excess_ratio": excess,
         "atomic_insts_in_sass": (
             None if mnemonics is None else float(sum(1 for m in mnemonics if ATOMIC.match(m)))
         ),
-        "repeated_launches": _as_float(repeated_launches(facts.kernels)),
+        "repeated_launches": _as_float(repeats),
+        "redundant_launches": _redundant(repeats, excess),
         "narrow_matmul_without_mma": _narrow_matmul_without_mma(facts, work_kind(facts)[0]),
     }
+
+
+def _redundant(repeats: int | None, excess: float | None) -> float | None:
+    """``redundant_launches``: the repeats when the traffic says each one redid the whole workload."""
+    if repeats is None:
+        return None
+    if repeats < 2:
+        return 1.0
+    if excess is None:
+        return None
+    return float(repeats) if excess >= REDUNDANT_TRAFFIC * repeats else 1.0
 
 
 def _as_float(value: int | None) -> float | None:

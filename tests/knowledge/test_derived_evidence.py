@@ -217,13 +217,44 @@ def test_contended_atomics_select_privatization_and_uncontended_ones_do_not():
     assert "memory.atomic_privatization" not in none.ids
 
 
+def with_dram(run: str, factor: float | None):
+    """The run's profile with its DRAM bytes scaled by ``factor`` (None: not measured)."""
+    roofline, ncu_top = read_evidence(RUNS / run / "roofline.json", RUNS / run / "ncu_top.json")
+    dram = None if factor is None else ncu_top.values["dram_bytes"] * factor
+    return roofline, attrs.evolve(ncu_top, values={**ncu_top.values, "dram_bytes": dram})
+
+
 def test_a_kernel_launched_three_times_per_solve_gets_redundant_launch_elimination():
-    three = scan("vector_scale", KernelFacts(kernels=(launch(), launch(i=1), launch(i=2))))
-    assert "latency.redundant_launch_elimination" in three.ids
-    pick = next(p for p in three.selected if p.id == "latency.redundant_launch_elimination")
-    assert pick.evidence == "repeated_launches >= 2 (measured 3)"
-    once = scan("vector_scale", KernelFacts(kernels=(launch(), launch(name="other", i=1))))
-    assert "latency.redundant_launch_elimination" not in once.ids
+    """vector_scale's profile moved its workload once; three launches of it that each moved it again
+    (three times the DRAM bytes) are the same work done three times."""
+    three = KernelFacts(kernels=(launch(), launch(i=1), launch(i=2)))
+    roofline, ncu_top = with_dram("vector_scale", 3.0)
+    selection = select_from_evidence(roofline, ncu_top, facts=three, arch="sm_90a", backend="cuda")
+    pick = next(p for p in selection.selected if p.id == "latency.redundant_launch_elimination")
+    assert pick.evidence == "redundant_launches >= 2 (measured 3)"
+    values = derived_evidence(roofline, ncu_top.values, three)
+    assert values["repeated_launches"] == 3.0 and values["redundant_launches"] == 3.0
+    # the three launches split the work (the workload's bytes once in all): not redundant
+    roofline, split = with_dram("vector_scale", 1.0)
+    assert derived_evidence(roofline, split.values, three)["redundant_launches"] == 1.0
+    selection = select_from_evidence(roofline, split, facts=three, arch="sm_90a", backend="cuda")
+    assert "latency.redundant_launch_elimination" not in selection.ids
+    # the edge: just over 0.8 x 3 x bytes_min is redundant, just under it is not
+    bytes_min = roofline.achieved.bytes_per_s * roofline.achieved.duration_ms / 1e3
+    at = {**split.values, "dram_bytes": 2.4001 * bytes_min}
+    assert derived_evidence(roofline, at, three)["redundant_launches"] == 3.0
+    below = {**split.values, "dram_bytes": 2.39 * bytes_min}
+    assert derived_evidence(roofline, below, three)["redundant_launches"] == 1.0
+    # without DRAM bytes the repeats cannot be judged: unknown, and the skip says so
+    roofline, unmeasured = with_dram("vector_scale", None)
+    assert derived_evidence(roofline, unmeasured.values, three)["redundant_launches"] is None
+    selection = select_from_evidence(roofline, unmeasured, facts=three, arch="sm_90a", backend="cuda")
+    assert "inconclusive: redundant_launches not measured" in skip_reason(
+        selection, "latency.redundant_launch_elimination"
+    )
+    once = KernelFacts(kernels=(launch(), launch(name="other", i=1)))
+    assert derived_evidence(roofline, unmeasured.values, once)["redundant_launches"] == 1.0
+    assert derived_evidence(roofline, unmeasured.values, KernelFacts())["redundant_launches"] is None
 
 
 def test_an_fp16_gemm_on_the_fma_pipes_gets_tensor_cores_whatever_its_fma_utilisation():
@@ -277,6 +308,9 @@ def test_standalone_select_reads_the_facts_and_dtypes_from_profile_json(tmp_path
     shutil.copytree(RUNS / "vector_scale", folder)
     summary = json.loads((folder / "profile.json").read_text())
     summary["kernels"] = [dict(summary["kernels"][0], id=i) for i in range(3)]
+    ncu_top = json.loads((folder / "ncu_top.json").read_text())
+    ncu_top["values"]["dram_bytes"] *= 3  # each of the three launches moved the workload again
+    (folder / "ncu_top.json").write_text(json.dumps(ncu_top))
     summary["buffers"] = [
         {"name": "x", "dtype": "float16", "role": "input", "bytes": 128 * MIB},
         {"name": "y", "dtype": "float16", "role": "output", "bytes": 128 * MIB},
