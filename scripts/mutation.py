@@ -53,6 +53,8 @@ TESTS: dict[str, tuple[str, ...]] = {
     "kopt_core/roofline/gaps.py": ("tests/roofline/test_gaps.py",),
     "kopt_core/bench/paired.py": ("tests/bench/test_paired.py",),
     "kopt_core/run/update.py": ("tests/run/test_update.py",),
+    # the search's promotion: which configuration passes (judge) and which are kept (fastest_passing)
+    "kopt_core/search/promotion.py": ("tests/search/test_promotion.py",),
 }
 
 # What a workspace links to (mutmut copies them into its mutants/ folder).

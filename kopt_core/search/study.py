@@ -67,6 +67,7 @@ from kopt_core.errors import ConfigError
 from kopt_core.jsonio import write_json, write_text_atomic
 from kopt_core.records import to_data
 from kopt_core.records.fields import as_tuple
+from kopt_core.search.promotion import fastest_passing
 from kopt_core.search.space import Config, Space, Value
 from kopt_core.search.variants import config_id
 
@@ -149,8 +150,7 @@ class StudyResult:
 
     def best(self, k: int = 1) -> tuple[TrialRecord, ...]:
         """The ``k`` fastest ok configurations, fastest first (ties by trial number)."""
-        ok = [t for t in self.trials if t.status == "ok" and t.value_ms is not None]
-        return tuple(sorted(ok, key=lambda t: (t.value_ms, t.number))[:k])
+        return fastest_passing(self.trials, k)
 
 
 def run_study(

@@ -54,8 +54,9 @@ from kopt_core.bench.executor import WorkerExecutor
 from kopt_core.errors import ConfigError, HardwareError
 from kopt_core.hardware import detect_gpus
 from kopt_core.jsonio import write_json, write_text_atomic
-from kopt_core.records import BenchOptions, BenchRequest, BenchResult, Candidate, Toolchain, to_data
+from kopt_core.records import BenchOptions, BenchRequest, Candidate, Toolchain, to_data
 from kopt_core.records.fields import as_tuple
+from kopt_core.search.promotion import first_error_line, judge
 from kopt_core.search.space import (
     AUTOTUNE_PARAMETER,
     CU_SUFFIXES,
@@ -91,7 +92,6 @@ _CU_SPACE_LINE = re.compile(r"^\s*//\s*kopt:space\b")
 _VARIANT_HEADER = re.compile(r"^// kopt search: configuration [0-9a-f]{10}\r?\n?$")
 _VARIANT_DEFINE = re.compile(r"^#define [A-Za-z_][A-Za-z0-9_]* .*\r?\n?$")
 _VARIANT_LINE = re.compile(r"^#line \d+\r?\n?$")
-_ERROR_LINE = re.compile(r"\berror\b", re.IGNORECASE)
 
 NO_SPACE_HINT = (
     "declare the tunables in the kernel: in a .cu file `// kopt:space NAME = [v1, v2]` lines (each read "
@@ -435,35 +435,6 @@ def _row(record: TrialRecord, labels: Mapping[str, str], variant: Path) -> dict[
 
 
 # --- one trial -----------------------------------------------------------------------------------------
-
-
-def first_error_line(text: str | None, limit: int = 300) -> str:
-    """The first line of a compiler's (or a worker's) output that says ``error``, else its first line."""
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    if not lines:
-        return "no message"
-    chosen = next((line for line in lines if _ERROR_LINE.search(line)), lines[0])
-    return chosen if len(chosen) <= limit else chosen[: limit - 3] + "..."
-
-
-def judge(result: BenchResult) -> TrialOutcome:
-    """A bench record as a trial: ok only when it is ok, correct and validly timed (value: the kernel's
-    median in ms). A record that says the device could not be used is no verdict on the configuration:
-    HardwareError, so the study retries it on resume."""
-    from kopt_core.search.study import TrialOutcome
-
-    timing = result.kernel_timing
-    if result.status == "ok" and result.correctness_pass and result.timing_valid and timing is not None:
-        return TrialOutcome("ok", value_ms=float(timing.median_ms))
-    if result.status == "error" and result.error_stage == "device":
-        raise HardwareError(f"the bench worker could not use the device: {first_error_line(result.error)}")
-    if result.status == "ok" and not result.correctness_pass:
-        stage, message = "correctness", result.error or "the output does not match the reference"
-    elif result.status == "ok":
-        stage, message = "timing", result.error or "the timing is not valid"
-    else:
-        stage, message = result.error_stage or result.status, result.error or f"status {result.status}"
-    return TrialOutcome("failed", detail=f"{stage}: {first_error_line(message)}")
 
 
 ExecutorFactory = Callable[[], AbstractContextManager[Any]]
