@@ -23,7 +23,9 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, tol: Tolerance
     g = got.detach().to(torch.float64).flatten()
     e = expected.detach().to(device=g.device, dtype=torch.float64).flatten()
     diff = (g - e).abs()
-    close = (g == e) | (diff <= tol.atol + tol.rtol * e.abs())
+    # An infinite expected value matches only the same infinity (g == e): its bound atol + rtol*|inf| is
+    # inf, which would let any value, -inf included, within "tolerance" of it.
+    close = (g == e) | (torch.isfinite(e) & (diff <= tol.atol + tol.rtol * e.abs()))
     nan_got = torch.isnan(g)
     nan_expected = torch.isnan(e)
     close &= ~nan_got & ~nan_expected  # NaN never passes, not even NaN == NaN
@@ -59,9 +61,8 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, tol: Tolerance
 
 
 def unchanged(before: torch.Tensor, after: torch.Tensor) -> bool:
-    """Bitwise equality (an input the kernel wrote to, even with the same value's NaN, fails)."""
+    """Bitwise equality (an input the kernel wrote to, even with the same value's NaN, fails). Bool tensors
+    too are compared byte by byte: a byte 2 is "True" to torch.equal, but not the byte 1 it replaced."""
     if before.shape != after.shape or before.dtype != after.dtype:
         return False
-    a = before.contiguous().view(torch.uint8) if before.dtype != torch.bool else before
-    b = after.contiguous().view(torch.uint8) if after.dtype != torch.bool else after
-    return bool(torch.equal(a, b))
+    return bool(torch.equal(before.contiguous().view(torch.uint8), after.contiguous().view(torch.uint8)))

@@ -162,14 +162,16 @@ def test_infinities_pass_only_against_the_same_infinity():
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug (issue 15): with rtol > 0 an infinite expected makes the bound rtol*|expected| "
-    "infinite, so -inf or any finite value passes against +inf (numpy and torch.isclose say no)",
-)
 def test_an_infinite_expected_does_not_make_the_tolerance_infinite():
-    check = compare("y", t(-INF, 1.0), t(INF, INF), tol(1e-6, 1e-6))
-    assert check.mismatches == 2
+    # with rtol > 0, atol + rtol*|inf| is inf: an infinite expected value must match only the same infinity
+    check = compare("y", t(-INF, 1.0, INF, -INF), t(INF, INF, INF, -INF), tol(1e-6, 1e-6))
+    assert (check.passed, check.mismatches) == (False, 2)
+    # the worst of the two failures: both errors are inf, the first wins
+    assert check.worst == Mismatch(buffer="y", index=(0,), got=None, expected=None)
+    assert (check.max_abs_err, check.max_rel_err) == (None, None)  # no finite error at all
+    assert compare("y", t(INF, -INF), t(INF, -INF), tol(0.5, 0.5)).passed
+    # and the other way round: an infinite result is never within tolerance of a finite expected value
+    assert compare("y", t(INF, 1.0), t(1.0, 1.0), tol(1e-6, 1e-6)).mismatches == 1
 
 
 def test_a_worst_element_at_negative_infinity_is_reported_as_none():
@@ -236,3 +238,12 @@ def test_unchanged_handles_non_contiguous_and_bool_tensors():
     flags = torch.tensor([True, False])
     assert unchanged(flags, flags.clone())
     assert not unchanged(flags, torch.tensor([True, True]))
+
+
+def test_unchanged_compares_the_bytes_of_bool_tensors():
+    # a kernel that writes the byte 2 into a bool input changed it, although torch.equal calls 2 "True"
+    before = torch.tensor([True, True])
+    after = torch.tensor([1, 2], dtype=torch.uint8).view(torch.bool)
+    assert torch.equal(before, after)
+    assert not unchanged(before, after)
+    assert unchanged(after, torch.tensor([1, 2], dtype=torch.uint8).view(torch.bool))
