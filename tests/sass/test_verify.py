@@ -26,7 +26,8 @@ memory.l2_persistence memory.distributed_shared_memory memory.reduced_precision_
 memory.swizzled_tile_order memory.cache_hints memory.stmatrix latency.double_buffering
 latency.multistage_pipeline latency.occupancy_tuning latency.register_pressure_reduction latency.ilp
 latency.async_barriers latency.grid_sizing latency.launch_overhead_reduction latency.prefetch
-latency.divergence_reduction latency.setmaxnreg""".split()
+latency.divergence_reduction latency.setmaxnreg memory.atomic_privatization
+latency.redundant_launch_elimination""".split()
 
 
 def listing(name):
@@ -58,7 +59,7 @@ def test_signatures_follow_schema_and_cover_every_method():
     schema = json.loads((root / "schemas/v1/sass_signatures.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     jsonschema.Draft202012Validator(schema).validate(document)
-    assert len(METHODS) == 42
+    assert len(METHODS) == 44
     assert sorted(document["signatures"]) == sorted(METHODS)
     loaded = load_signatures()
     for method in METHODS:
