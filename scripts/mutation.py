@@ -2,9 +2,10 @@
 """Mutation testing of the modules whose output is a verdict (issue 15), one module at a time.
 
     .venv/bin/python scripts/mutation.py kopt_core/bench/compare.py kopt_core/bench/timing.py
-    .venv/bin/python scripts/mutation.py --changed-since origin/main      # what CI would run
+    .venv/bin/python scripts/mutation.py --changed-since origin/main      # before a merge
+    .venv/bin/python scripts/mutation.py --changed-since HEAD~1 --budget-s 1200 --jobs 4   # what CI runs
     .venv/bin/python scripts/mutation.py --all
-    .venv/bin/python scripts/mutation.py --changed-since origin/main --dry-run   # which modules, no run
+    .venv/bin/python scripts/mutation.py --changed-since HEAD~1 --dry-run   # which modules, no run
 
 For each module, mutmut 3 (``[tool.mutmut]`` in the root pyproject.toml) mutates that module only and runs
 only the test files that cover it (``TESTS`` below), in a workspace of its own, ``OUT/work/<module>/``:
@@ -13,7 +14,9 @@ selection name this module and its tests. So the checkout gets no ``mutants/`` f
 share mutmut's cache, and ``cd OUT/work/<module> && mutmut show NAME`` (or ``mutmut browse``) works
 afterwards. Then it writes ``OUT/score.json`` and ``OUT/score.md`` (module, mutants, killed, survived,
 score; every mutant not killed, with its change) and exits 1 when a module scores below ``--threshold``
-(90%), 2 when mutmut itself failed.
+(90%), 2 when the tool could not give a score (mutmut missing or failing, git unable to diff). With
+``--budget-s`` a module the budget does not cover (not started, or stopped when it ran out) is reported as
+not measured, which is neither: only a measured score below the threshold fails.
 
 Score = detected / (mutants - skipped), where detected = killed + timeout + crashed (segfault/SIGKILL)
 + caught by a type check. A mutant that no selected test reaches ("no tests") counts as not detected:
@@ -31,10 +34,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,9 +53,18 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/knowledge/test_choice.py",
         "tests/knowledge/test_select_steps.py",
     ),
-    "kopt_core/sass/verify.py": ("tests/sass/test_verify.py", "tests/run/test_sass_check.py"),
-    "kopt_core/ncu/parse.py": ("tests/ncu/test_parse.py", "tests/ncu/test_metrics.py"),
-    "kopt_core/roofline/gaps.py": ("tests/roofline/test_gaps.py",),
+    "kopt_core/sass/verify.py": (
+        "tests/sass/test_verify.py",
+        "tests/sass/test_verify_edges.py",
+        "tests/sass/test_verify_mutants.py",
+        "tests/run/test_sass_check.py",
+    ),
+    "kopt_core/ncu/parse.py": (
+        "tests/ncu/test_parse.py",
+        "tests/ncu/test_parse_edges.py",
+        "tests/ncu/test_metrics.py",
+    ),
+    "kopt_core/roofline/gaps.py": ("tests/roofline/test_gaps.py", "tests/roofline/test_gaps_edges.py"),
     "kopt_core/bench/paired.py": ("tests/bench/test_paired.py",),
     "kopt_core/run/update.py": ("tests/run/test_update.py",),
     # the search's promotion: which configuration passes (judge) and which are kept (fastest_passing)
@@ -62,6 +76,12 @@ LINKED = ("kopt_core", "tests", "examples")
 
 # mutmut's verdicts (mutmut.stats.status_by_exit_code) that count as detected.
 DETECTED = {"killed", "timeout", "segfault", "caught by type check"}
+
+
+def fail(message: str) -> NoReturn:
+    """Stop with exit status 2: the tool could not run, which says nothing about a score."""
+    print(f"mutation.py: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
 
 
 def slug(module: str) -> str:
@@ -80,7 +100,7 @@ def changed_modules(rev: str) -> list[str]:
         ["git", "diff", "--name-only", rev, "--"], cwd=REPO, capture_output=True, text=True, check=False
     )
     if diff.returncode != 0:
-        sys.exit(f"mutation.py: git diff {rev} failed: {diff.stderr.strip()}")
+        fail(f"git diff {rev} failed: {diff.stderr.strip()}")
     untracked = subprocess.run(
         ["git", "ls-files", "--others", "--exclude-standard"], cwd=REPO, capture_output=True, text=True
     ).stdout
@@ -92,7 +112,7 @@ def mutmut_executable() -> str:
     beside = Path(sys.executable).with_name("mutmut")
     found = str(beside) if beside.exists() else shutil.which("mutmut")
     if not found:
-        sys.exit("mutation.py: mutmut is not installed (pip install 'mutmut>=3.8,<4')")
+        fail("mutmut is not installed (pip install 'mutmut==3.8.1', or kopt-core's test extra)")
     return found
 
 
@@ -102,7 +122,7 @@ def pyproject_for(module: str, tests: list[str]) -> str:
     for key, values in (("only_mutate", [module]), ("pytest_add_cli_args_test_selection", tests)):
         text, n = re.subn(rf"(?ms)^{key}\s*=\s*\[.*?\]", f"{key} = {json.dumps(values)}", text, count=1)
         if n != 1:
-            sys.exit(f"mutation.py: pyproject.toml's [tool.mutmut] has no `{key} = [...]` to narrow")
+            fail(f"pyproject.toml's [tool.mutmut] has no `{key} = [...]` to narrow")
     return text
 
 
@@ -127,7 +147,32 @@ def _natural(name: str) -> tuple[str, int]:
     return stem, int(number) if number.isdigit() else 0
 
 
-def run_module(module: str, root: Path, jobs: int, tests: list[str]) -> dict:
+def _run_for(argv: list[str], cwd: Path, log: Path, env: dict[str, str], seconds: float | None) -> int | None:
+    """Run ``argv`` with its output in ``log``; its exit status, or None when it was stopped after
+    ``seconds`` (with every process it started: mutmut forks a worker per mutant)."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        try:
+            return proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, None)):
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    proc.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            return None
+
+
+def run_module(module: str, root: Path, jobs: int, tests: list[str], seconds: float | None = None) -> dict:
+    """One module's mutation run and its score; ``seconds`` caps the run (then the module is "skipped":
+    not measured, which is neither a failure nor an error)."""
     result: dict = {"module": module, "tests": list(tests)}
     if not (REPO / module).exists() or not tests:
         return result | {"error": "the module or all of its tests are missing"}
@@ -136,21 +181,15 @@ def run_module(module: str, root: Path, jobs: int, tests: list[str]) -> dict:
     log = root / f"{slug(module)}.log"
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     start = time.monotonic()
-    with open(log, "w") as out:
-        proc = subprocess.run(
-            [mutmut, "run", "--max-children", str(jobs)],
-            cwd=work,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            check=False,
-        )
+    returncode = _run_for([mutmut, "run", "--max-children", str(jobs)], work, log, env, seconds)
     result["seconds"] = round(time.monotonic() - start, 1)
+    if returncode is None:
+        return result | {"skipped": f"stopped after {result['seconds']:.0f} s: the time budget ran out"}
     meta = work / "mutants" / f"{module}.meta"
-    if proc.returncode != 0 or not meta.exists():
+    if returncode != 0 or not meta.exists():
         lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip() and not _spinner(ln)]
         tail = "\n".join(lines[-15:])
-        return result | {"error": f"mutmut run exited {proc.returncode}; see {log}\n{tail}"}
+        return result | {"error": f"mutmut run exited {returncode}; see {log}\n{tail}"}
 
     from mutmut.stats import status_by_exit_code
 
@@ -161,10 +200,10 @@ def run_module(module: str, root: Path, jobs: int, tests: list[str]) -> dict:
         status = status_by_exit_code[exit_codes[name]]
         counts[status] = counts.get(status, 0) + 1
         if status not in DETECTED:
-            show = subprocess.run(
-                [mutmut, "show", name], cwd=work, capture_output=True, text=True, env=env, check=False
-            )
-            not_killed.append({"name": name, "status": status, "diff": show.stdout.strip()})
+            not_killed.append({"name": name, "status": status})
+    diffs = mutant_diffs(work, module, [k["name"] for k in not_killed], env)
+    for k in not_killed:
+        k["diff"] = diffs.get(k["name"], "")
     scored = sum(counts.values()) - counts.get("skipped", 0)
     detected = sum(n for status, n in counts.items() if status in DETECTED)
     return result | {
@@ -177,6 +216,35 @@ def run_module(module: str, root: Path, jobs: int, tests: list[str]) -> dict:
         "score": round(detected / scored, 4) if scored else 0.0,
         "not_killed": not_killed,
     }
+
+
+# What `mutmut show NAME` prints, for many mutants in one process (one `mutmut show` each takes a second
+# or two: minutes for a module with a hundred survivors). Run in the module's workspace.
+_DIFFS = """
+import json, sys
+from mutmut.mutation.diff_apply import get_diff_for_mutant
+module, names = sys.argv[1], sys.argv[2:]
+print(json.dumps({name: get_diff_for_mutant(name, path=module) for name in names}))
+"""
+
+
+def mutant_diffs(work: Path, module: str, names: list[str], env: dict[str, str]) -> dict[str, str]:
+    """Each mutant's diff against the original (empty where mutmut could not give one)."""
+    if not names:
+        return {}
+    proc = subprocess.run(
+        [sys.executable, "-c", _DIFFS, module, *names],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    try:
+        return json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        print(f"{module}: could not read the mutants' diffs: {proc.stderr.strip()[-500:]}", flush=True)
+        return {}
 
 
 def changed_lines(diff: str) -> str:
@@ -196,6 +264,9 @@ def markdown(report: dict) -> str:
         if "error" in m:
             rows.append(f"| {m['module']} | error | | | | | |")
             continue
+        if "skipped" in m:
+            rows.append(f"| {m['module']} | not measured: {m['skipped']} | | | | | |")
+            continue
         rows.append(
             f"| {m['module']} | {m['mutants']} | {m['killed']} | {m['survived']} | {m['no_tests']} "
             f"| {m['score']:.1%} | {m['seconds']:.0f} s |"
@@ -203,7 +274,7 @@ def markdown(report: dict) -> str:
     for m in report["modules"]:
         if "error" in m:
             rows += ["", f"## {m['module']}: error", "", "```", m["error"], "```"]
-        elif m["not_killed"]:
+        elif m.get("not_killed"):
             rows += ["", f"## {m['module']}: not killed", ""]
             rows += [
                 f"- `{k['name']}` ({k['status']}): `{changed_lines(k['diff'])}`" for k in m["not_killed"]
@@ -225,6 +296,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threshold", type=float, default=0.90)
     parser.add_argument("--tests", action="append", metavar="FILE", help="instead of the map's (repeatable)")
     parser.add_argument("--dry-run", action="store_true", help="print the modules and their tests only")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        metavar="SECONDS",
+        help="wall clock for the whole run: a module not finished when it runs out is not measured (neither "
+        "a failure nor an error)",
+    )
     args = parser.parse_args(argv)
 
     modules = list(TESTS) if args.all else [Path(m).as_posix() for m in args.modules]
@@ -251,13 +329,20 @@ def main(argv: list[str] | None = None) -> int:
         "threshold": args.threshold,
         "modules": [],
     }
+    deadline = time.monotonic() + args.budget_s if args.budget_s is not None else None
     for module in modules:
         tests = args.tests or existing_tests(module)
-        print(f"{module}: mutating, with {', '.join(tests)} ...", flush=True)
-        result = run_module(module, out, args.jobs, tests)
+        left = deadline - time.monotonic() if deadline is not None else None
+        if left is not None and left <= 0:
+            result = {"module": module, "tests": tests, "skipped": "the time budget was spent before it"}
+        else:
+            print(f"{module}: mutating, with {', '.join(tests)} ...", flush=True)
+            result = run_module(module, out, args.jobs, tests, left)
         report["modules"].append(result)
         if "error" in result:
             print(f"{module}: ERROR {result['error']}", flush=True)
+        elif "skipped" in result:
+            print(f"{module}: not measured, {result['skipped']}", flush=True)
         else:
             print(
                 f"{module}: {result['killed']}/{result['mutants']} killed, {result['survived']} survived, "
@@ -269,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {out / 'score.json'} and {out / 'score.md'}")
     if any("error" in m for m in report["modules"]):
         return 2
-    return 1 if any(m["score"] < args.threshold for m in report["modules"]) else 0
+    measured = [m for m in report["modules"] if "skipped" not in m]
+    return 1 if any(m["score"] < args.threshold for m in measured) else 0
 
 
 if __name__ == "__main__":
