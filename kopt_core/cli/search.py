@@ -55,6 +55,12 @@ SEED_MAX = (1 << 32) - 1  # Optuna's samplers seed numpy, which takes 32 bits
     "--seed", type=click.IntRange(0, SEED_MAX), default=0, show_default=True, help="The sampler's seed."
 )
 @click.option(
+    "--compile-jobs",
+    default="auto",
+    show_default=True,
+    help="Configurations built at once in the compile pool before each is timed: auto or N.",
+)
+@click.option(
     "--json", "as_json", is_flag=True, help="Print the envelope (result: the search's outcome) on stdout."
 )
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[--NAME=VALUE]...")
@@ -69,6 +75,7 @@ def search_cmd(
     storage,
     out_dir,
     seed,
+    compile_jobs,
     as_json,
     extra,
 ) -> int:
@@ -104,6 +111,7 @@ def search_cmd(
         backend=backend,
         progress=not as_json and sys.stderr.isatty(),  # a bar only where a person watches
         on_warning=render.warning,
+        compile_jobs=compile_jobs,
     )
     code = 0 if outcome.best is not None else 2
     if as_json:

@@ -30,8 +30,13 @@ How a study stays correct across kills and resumes:
 - ``sampler="grid"`` evaluates every valid point once, in a seeded permutation of the grid (so a time
   budget that ends it early has sampled the whole grid, not one corner), by enqueueing each point.
 - ``trials`` is the study's budget of evaluations in total, across resumes (a study of 50 killed after 30
-  evaluates 20 more); ``time_budget_s`` is this call's wall clock, checked between evaluations (one that
+  evaluates 20 more); ``time_budget_s`` is this call's wall clock, checked between batches (a batch that
   started runs to its end).
+- Batches: an objective with a ``batch_size`` above 1 and a ``prefetch(configs)`` method (kopt's search
+  builds a batch's kernels in its compile pool, then times them one by one) gets up to ``batch_size``
+  proposals asked together. Those proposed in the same batch are RUNNING together, so a kill requeues
+  all of them (the rule above); a configuration proposed twice in one batch is evaluated once and the
+  second proposal is its duplicate. Proposals are told one by one, in order, after each evaluation.
 
 One process runs a study at a time; a second one on the same storage is not coordinated beyond the rules
 above.
@@ -110,6 +115,15 @@ class TrialOutcome:
 
 
 Objective = Callable[[Config], TrialOutcome]
+
+
+def batch_size_of(objective: Objective) -> int:
+    """How many proposals the objective takes at once: its ``batch_size`` when it can ``prefetch`` them
+    (at least 1), else 1."""
+    size = getattr(objective, "batch_size", 1)
+    if not callable(getattr(objective, "prefetch", None)) or type(size) is not int or size < 1:
+        return 1
+    return size
 
 
 @frozen
@@ -306,20 +320,42 @@ class _Session:
     def loop(self, objective: Objective, trials: int | None, time_budget_s: float | None, show: _Show) -> str:
         """Evaluate until a budget is spent or the space is exhausted; returns why it stopped."""
         started = time.monotonic()
+        batch = batch_size_of(objective)
         while True:
             show(self.evaluated, self.best, self.failed)
             if trials is not None and self.evaluated >= trials:
                 return "trial budget"
             if time_budget_s is not None and time.monotonic() - started >= time_budget_s:
                 return "time budget"
-            if (self.grid or self.idle >= MAX_IDLE_PROPOSALS) and not self._waiting():
-                point = self._next_unseen()
-                if point is None:
+            wanted = batch if trials is None else min(batch, trials - self.evaluated)
+            proposals: list[tuple[Trial, Config, str]] = []
+            exhausted = False
+            for _ in range(wanted):
+                if (self.grid or self.idle >= MAX_IDLE_PROPOSALS) and not self._waiting():
+                    point = self._next_unseen({identifier for _, _, identifier in proposals})
+                    if point is None:
+                        exhausted = True
+                        break
+                    self.study.enqueue_trial(_encode(self.space, self.encoding, point))
+                proposal = self._propose(self.study.ask(self.distributions))
+                if proposal is not None:
+                    proposals.append(proposal)
+            if not proposals:
+                if exhausted:
                     return "space exhausted"
-                self.study.enqueue_trial(_encode(self.space, self.encoding, point))
-            self._step(self.study.ask(self.distributions), objective)
+                continue  # every proposal was rejected or a duplicate: ask again
+            if batch > 1:
+                unique = list({identifier: config for _, config, identifier in proposals}.values())
+                objective.prefetch(unique)  # type: ignore[attr-defined]  # batch_size_of checked it
+            for trial, config, identifier in proposals:
+                if identifier in self.seen:  # proposed twice in this batch: the first one's result
+                    self._duplicate(trial, identifier)
+                else:
+                    self._evaluate(trial, config, identifier, objective)
 
-    def _step(self, trial: Trial, objective: Objective) -> None:
+    def _propose(self, trial: Trial) -> tuple[Trial, Config, str] | None:
+        """A proposal to evaluate, or None when it was closed here: it breaks a constraint, or its
+        configuration was evaluated before (or is being evaluated by another process)."""
         trial.set_user_attr(OWNER, self.owner)
         config = _decode(self.space, self.encoding, trial.params)
         identifier = config_id(config)
@@ -329,12 +365,13 @@ class _Session:
         if reason is not None:
             self.idle += 1
             self._close(trial, TrialState.PRUNED, "rejected", reason)
-        elif identifier in self.seen or identifier in self.in_flight:
+            return None
+        if identifier in self.seen or identifier in self.in_flight:
             self.idle += 1
             self._duplicate(trial, identifier)
-        else:
-            self.idle = 0
-            self._evaluate(trial, config, identifier, objective)
+            return None
+        self.idle = 0
+        return trial, config, identifier
 
     def _evaluate(self, trial: Trial, config: Config, identifier: str, objective: Objective) -> None:
         started = time.monotonic()
@@ -393,16 +430,17 @@ class _Session:
     def _waiting(self) -> bool:
         return bool(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
-    def _next_unseen(self) -> Config | None:
-        """The next valid point of the grid order not yet evaluated. The order only moves forward: a point
-        it passes was seen, is invalid, or is returned here and enqueued, so when it ends every valid
-        point has been evaluated or is waiting."""
+    def _next_unseen(self, pending: set[str]) -> Config | None:
+        """The next valid point of the grid order not yet evaluated nor ``pending`` (proposed in the batch
+        being gathered). The order only moves forward: a point it passes was seen, is invalid, or is
+        returned here and enqueued, so when it ends every valid point has been evaluated or is waiting."""
         for index in self.order:
             config = self.space.point(index)
             identifier = config_id(config)
             if (
                 identifier not in self.seen
                 and identifier not in self.in_flight
+                and identifier not in pending
                 and self.space.is_valid(config)
             ):
                 return config

@@ -69,7 +69,7 @@ from kopt_core.search.space import (
 )
 from kopt_core.search.variants import CONFIG_FILE, VARIANT_SCHEMA_VERSION, config_id, write_variant
 from kopt_core.steps.bench import check_candidate, static_contract, target_arch
-from kopt_core.steps.build_pool import BuildJob, CompilePlan, build_all
+from kopt_core.steps.build_pool import BuildJob, CompilePlan, build_all, plan_compile_jobs
 
 if TYPE_CHECKING:
     from kopt_core.plugins import PluginManager
@@ -441,7 +441,9 @@ ExecutorFactory = Callable[[], AbstractContextManager[Any]]
 
 
 class _Objective:
-    """One trial: write, check, build, then check and time in the study's one worker."""
+    """One trial: write, check, build, then check and time in the study's one worker. With a
+    ``batch_size`` above 1 the engine hands it a batch of proposals first (``prefetch``): their variants
+    are written, checked and built together in the compile pool, then each is timed alone as before."""
 
     def __init__(
         self,
@@ -457,36 +459,68 @@ class _Objective:
         options: BenchOptions,
         runner: Any,
         build_root: Path,
+        plan: CompilePlan | None = None,
     ):
         self.pm, self.source, self.backend, self.arch = pm, source, backend, arch
         self.reference_path, self.reference, self.dims = reference_path, reference, dims
         self.out_dir, self.options, self.runner, self.build_root = out_dir, options, runner, build_root
+        self.plan = plan or CompilePlan(1, "one trial at a time")
+        self.batch_size = self.plan.workers
+        self.ready: dict[str, TrialOutcome | Any] = {}  # config id -> its failure, or its BuildOutcome
+
+    def prefetch(self, configs: list[Config]) -> None:
+        """Write, check and build ``configs`` at once (the compile pool, ``plan``'s workers); ``__call__``
+        then times each without building it again."""
+        jobs = []
+        for config in configs:
+            identifier = config_id(config)
+            failed, candidate = self._checked(config, identifier)
+            if failed is not None:
+                self.ready[identifier] = failed
+            elif candidate is not None:
+                jobs.append(BuildJob(key=identifier, candidate=candidate))
+        if jobs:
+            builds = build_all(
+                self.pm, jobs, toolchain=Toolchain(arch=self.arch), plan=self.plan, build_root=self.build_root
+            )
+            self.ready.update({job.key: build for job, build in zip(jobs, builds, strict=True)})
+
+    def _checked(self, config: Config, identifier: str) -> tuple[TrialOutcome | None, Candidate | None]:
+        from kopt_core.search.study import TrialOutcome
+
+        kernel = self.source.write(config, self.out_dir / TRIALS_DIR / identifier)
+        candidate = Candidate(path=str(kernel), backend=self.backend, name=identifier)
+        try:
+            check_candidate(self.pm, candidate, self.dims, self.reference)
+        except ConfigError as exc:
+            return TrialOutcome("failed", detail=f"contract: {first_error_line(exc.message)}"), None
+        return None, candidate
 
     def __call__(self, config: Config) -> TrialOutcome:
         from kopt_core.search.study import TrialOutcome
 
         identifier = config_id(config)
-        folder = self.out_dir / TRIALS_DIR / identifier
-        kernel = self.source.write(config, folder)
-        candidate = Candidate(path=str(kernel), backend=self.backend, name=identifier)
-        try:
-            check_candidate(self.pm, candidate, self.dims, self.reference)
-        except ConfigError as exc:
-            return TrialOutcome("failed", detail=f"contract: {first_error_line(exc.message)}")
-        (build,) = build_all(
-            self.pm,
-            [BuildJob(key=identifier, candidate=candidate)],
-            toolchain=Toolchain(arch=self.arch),
-            plan=CompilePlan(1, "one trial at a time"),
-            build_root=self.build_root,
-        )
+        build = self.ready.pop(identifier, None)
+        if build is None:
+            failed, candidate = self._checked(config, identifier)
+            if failed is not None or candidate is None:
+                return failed or TrialOutcome("failed", detail="contract: not checked")
+            (build,) = build_all(
+                self.pm,
+                [BuildJob(key=identifier, candidate=candidate)],
+                toolchain=Toolchain(arch=self.arch),
+                plan=CompilePlan(1, "one trial at a time"),
+                build_root=self.build_root,
+            )
+        if isinstance(build, TrialOutcome):
+            return build
         if not build.compile_pass or build.artifact is None:
             return TrialOutcome("failed", detail=f"compile: {first_error_line(build.error)}")
         request = BenchRequest(
             artifact=build.artifact, reference=self.reference_path, dims=self.dims, options=self.options
         )
         result = self.runner.bench(request)
-        write_json(folder / "bench.json", to_data(result))
+        write_json(self.out_dir / TRIALS_DIR / identifier / "bench.json", to_data(result))
         return judge(result)
 
 
@@ -511,11 +545,14 @@ def search_kernel(
     options: BenchOptions | None = None,
     executor: ExecutorFactory | None = None,
     on_warning: Callable[[str], None] | None = None,
+    compile_jobs: str | int = "auto",
 ) -> SearchOutcome:
     """Search ``kernel``'s declared space (or ``space``) for the fastest configuration that passes every
     check against ``ref`` at ``dims``; see the module docstring. ``trials`` is the study's budget in
     total, across resumes; ``time_budget_s`` this call's. ``options`` defaults to the loop's
     (``kopt_core.run.seed.LOOP_OPTIONS``), ``executor`` to ``WorkerExecutor`` (one for the whole study).
+    ``compile_jobs`` (``auto`` or N, as ``kopt explore --compile-jobs``) sizes the batches: that many
+    proposals are built at once in the compile pool, then timed one by one.
     Raises ConfigError (exit 4) for a kernel without a space or a bad kernel, reference, dims or budget,
     HardwareError (exit 3) when the backend's tool or the GPU it needs is missing, after the static
     checks."""
@@ -578,6 +615,7 @@ def search_kernel(
             options=options or LOOP_OPTIONS,
             runner=runner,
             build_root=Path(scratch) / "trials",
+            plan=plan_compile_jobs(compile_jobs, [info]),
         )
         with _quiet_steps(progress):
             result = run_study(

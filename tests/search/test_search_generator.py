@@ -360,6 +360,39 @@ def test_a_grid_search_finds_the_fastest_records_the_wrong_one_failed_and_writes
     assert study_name_for(again, DIMS, files / "ref.py", "pytorch") == outcome.study_name
 
 
+def test_batches_built_together_give_the_same_search_through_the_real_worker(pm, files, monkeypatch):
+    """--compile-jobs 3: the three configurations are written, checked and built as one batch, then
+    timed one by one in the one worker; the verdicts are those of one at a time."""
+    from kopt_core.steps import build_pool
+
+    built: list[list[str]] = []
+    real = build_pool.build_all
+
+    def recording(pm_, jobs, **kwargs):
+        built.append([job.key for job in jobs])
+        return real(pm_, jobs, **kwargs)
+
+    monkeypatch.setattr(search_step, "build_all", recording)
+    outcome = search_kernel(
+        pm,
+        files / "kernel.py",
+        files / "ref.py",
+        DIMS,
+        out_dir=files / "out",
+        sampler="grid",
+        progress=False,
+        options=FAST,
+        compile_jobs=3,
+    )
+    assert [sorted(batch) for batch in built] == [sorted(config_id(c) for c in (FASTEST, SLOWER, WRONG))]
+    assert outcome.result.evaluated_now == 3 and outcome.result.stop_reason == "space exhausted"
+    assert [t.config for t in outcome.top()] == [FASTEST, SLOWER]
+    (failed,) = [t for t in outcome.result.trials if t.status == "failed"]
+    assert failed.config == WRONG and failed.detail.startswith("correctness: seed 0: y: 16384/16384")
+    for trial in outcome.result.trials:
+        assert (files / "out" / "trials" / trial.config_id / "bench.json").is_file()
+
+
 # --- reading a space back from a variant --------------------------------------------------------------------
 
 
