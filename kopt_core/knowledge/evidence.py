@@ -31,6 +31,8 @@ DERIVED_EVIDENCE = {
     "redundant_launches": "repeated_launches when the DRAM traffic says each of those launches moved the "
     "whole workload (dram_bytes >= 0.8 x launches x bytes_min: the same work done again), 1 when they "
     "split it (one launch per row, per tile), unknown without DRAM bytes or a workload model",
+    "mean_launch_ms": "the mean duration of the profiled solve's launches (profile.json kernels): a solve "
+    "of many short launches pays launch latency on each, which the summed duration_ms hides",
     "narrow_matmul_without_mma": "1 when GEMM-like work (work_kind) has a float16, bfloat16, float8 or "
     "int8 input and its SASS has no MMA instruction (HMMA, IMMA, HGMMA...), else 0",
 }
@@ -129,6 +131,7 @@ def derived_evidence(roofline: Roofline, values: dict, facts: KernelFacts | None
         ),
         "repeated_launches": _as_float(repeats),
         "redundant_launches": _redundant(repeats, excess),
+        "mean_launch_ms": _mean_launch_ms(facts.kernels),
         "narrow_matmul_without_mma": _narrow_matmul_without_mma(facts, work_kind(facts)[0]),
     }
 
@@ -142,6 +145,13 @@ def _redundant(repeats: int | None, excess: float | None) -> float | None:
     if excess is None:
         return None
     return float(repeats) if excess >= REDUNDANT_TRAFFIC * repeats else 1.0
+
+
+def _mean_launch_ms(kernels: Sequence[ProfiledKernel]) -> float | None:
+    durations = [k.duration_ms for k in kernels]
+    if not durations or any(d is None for d in durations):
+        return None
+    return sum(d for d in durations if d is not None) / len(durations)
 
 
 def _as_float(value: int | None) -> float | None:

@@ -153,6 +153,7 @@ def _matmul(torch, n: int) -> tuple[dict[str, float], dict]:
         run("tf32", torch.float32, tf32=True)
         run("float64", torch.float64)
         _fp8(torch, n, flops, rates, details)
+        _int8(torch, n, flops, rates, details)
     finally:
         _set_tf32(torch, saved_tf32)
     return rates, details
@@ -161,21 +162,36 @@ def _matmul(torch, n: int) -> tuple[dict[str, float], dict]:
 def _fp8(torch, n: int, flops: float, rates: dict, details: dict) -> None:
     """float8_e4m3fn through torch._scaled_mm (row-major A, column-major B), where the device has it."""
     name = "float8_e4m3fn"
-    try:
+
+    def make():
         dtype = getattr(torch, name)
         a = torch.randn(n, n, device="cuda").to(dtype)
         b = torch.randn(n, n, device="cuda").to(dtype).t()  # column-major, as _scaled_mm wants
         one = torch.tensor(1.0, device="cuda")
-        fn = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
-        times = _time_ms(torch, fn, runs=MATMUL_RUNS, warmup=2)
+        return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+    _timed_op(torch, name, make, "torch._scaled_mm, bf16 out, unit scales", n, flops, rates, details)
+
+
+def _int8(torch, n: int, flops: float, rates: dict, details: dict) -> None:
+    """int8 x int8 -> int32 through torch._int_mm (the integer tensor-core path), where the device has it;
+    its rate is integer operations per second, kept under the dtype name like the float peaks."""
+
+    def make():
+        a = torch.randint(-128, 128, (n, n), device="cuda", dtype=torch.int8)
+        b = torch.randint(-128, 128, (n, n), device="cuda", dtype=torch.int8)
+        return lambda: torch._int_mm(a, b)
+
+    _timed_op(torch, "int8", make, "torch._int_mm, int32 out", n, flops, rates, details)
+
+
+def _timed_op(torch, name: str, make, op: str, n: int, flops: float, rates: dict, details: dict) -> None:
+    """Time the operation ``make()`` returns and record its rate under ``name``; a device or torch that
+    cannot run it is recorded as skipped, with why."""
+    try:
+        times = _time_ms(torch, make(), runs=MATMUL_RUNS, warmup=2)
         rates[name] = flops / (min(times) / 1e3)
-        details[name] = {
-            **_stats(times),
-            "n": n,
-            "flops": flops,
-            "flops_per_s": rates[name],
-            "op": "torch._scaled_mm, bf16 out, unit scales",
-        }
+        details[name] = {**_stats(times), "n": n, "flops": flops, "flops_per_s": rates[name], "op": op}
     except Exception as exc:
         details[name] = {"skipped": f"{type(exc).__name__}: {exc}"[:300]}
     finally:

@@ -22,7 +22,8 @@ Label = Literal["roofline", "bottleneck-gap heuristic"]
 @frozen
 class Ceilings:
     """What the device can do at best: bandwidth (bytes read + written per second) and dense matmul
-    throughput per dtype name ("float16", "bfloat16", "tf32", "float32", "float64", "float8_e4m3fn")."""
+    throughput per dtype name ("float16", "bfloat16", "tf32", "float32", "float64", "float8_e4m3fn";
+    "int8" in integer operations per second)."""
 
     device: str
     bandwidth_bytes_per_s: float

@@ -18,6 +18,8 @@ from kopt_core.knowledge.evidence import (
     repeated_launches,
     work_kind,
 )
+from kopt_core.knowledge.methods import load_methods
+from kopt_core.knowledge.select import ProfileEvidence, SelectionContext, select_methods
 from kopt_core.records import BufferMoved, ProfiledKernel, WorkloadUsed
 from kopt_core.roofline.ceilings import DEFAULT_CEILINGS
 from kopt_core.roofline.model import default_bytes_min, default_memory_floor
@@ -343,3 +345,31 @@ def test_an_unreadable_profile_json_leaves_the_facts_unknown_and_says_so(tmp_pat
     )
     facts, notes = read_kernel_facts(tmp_path / "absent")
     assert facts == KernelFacts() and notes[0].startswith("no ")
+
+
+def test_a_solve_of_many_short_launches_gets_launch_overhead_reduction():
+    """16 launches of 3 us each: 48 us in all (over the 20 us trigger), 3 us each (under it)."""
+    roofline, ncu_top = read_evidence(RUNS / "vector_scale/roofline.json", RUNS / "vector_scale/ncu_top.json")
+    rows = tuple(attrs.evolve(launch(i=i, grid=f"({i + 1}, 1, 1)"), duration_ms=0.003) for i in range(16))
+    summed = attrs.evolve(ncu_top, duration_ms=0.048, values={**ncu_top.values, "duration_ms": 0.048})
+    facts = KernelFacts(kernels=rows)
+    assert derived_evidence(roofline, summed.values, facts)["mean_launch_ms"] == pytest.approx(0.003)
+    values = {"duration_ms": 0.048, **derived_evidence(roofline, summed.values, facts)}
+    evidence = ProfileEvidence(budget={"latency": 1}, bound="latency", values=values)
+    selection = select_methods(
+        load_methods(), SelectionContext(evidence=evidence, arch="sm_90a", backend="cuda")
+    )
+    assert selection.ids == ("latency.launch_overhead_reduction",)
+    assert selection.selected[0].evidence == "mean_launch_ms < 0.02 (measured 0.003)"
+    single = ProfileEvidence(budget={"latency": 1}, bound="latency", values={"duration_ms": 0.048})
+    untriggered = select_methods(
+        load_methods(), SelectionContext(evidence=single, arch="sm_90a", backend="cuda")
+    )
+    assert "latency.launch_overhead_reduction" not in untriggered.ids
+    long = tuple(attrs.evolve(r, duration_ms=0.03) for r in rows)
+    assert derived_evidence(roofline, summed.values, KernelFacts(kernels=long))[
+        "mean_launch_ms"
+    ] == pytest.approx(0.03)
+    unknown = (*rows[:-1], attrs.evolve(rows[-1], duration_ms=None))
+    assert derived_evidence(roofline, summed.values, KernelFacts(kernels=unknown))["mean_launch_ms"] is None
+    assert derived_evidence(roofline, summed.values)["mean_launch_ms"] is None
