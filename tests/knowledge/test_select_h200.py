@@ -9,7 +9,7 @@ import attrs
 import pytest
 
 from kopt_core.knowledge.evidence import derived_evidence
-from kopt_core.steps.select import read_evidence, read_traits, select_from_evidence
+from kopt_core.steps.select import read_evidence, read_kernel_facts, select_from_evidence
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "h200" / "runs"
 
@@ -36,17 +36,28 @@ def select(name: str, budget: dict | None = None):
     roofline, ncu_top = read_evidence(folder / "roofline.json", folder / "ncu_top.json")
     if budget is not None:  # the same evidence with room to scan further down an axis
         roofline = attrs.evolve(roofline, axis_budget=budget)
-    mnemonics, note = read_traits(profile_dir=folder)
-    assert mnemonics, note  # the profile's own SASS listing
+    facts, notes = read_kernel_facts(folder)  # what the run form reads: profile.json and its SASS
+    assert facts.mnemonics and facts.kernels, notes
     return select_from_evidence(
-        roofline, ncu_top, arch="sm_90a", backend=backend, dtypes=(dtype,), sass_mnemonics=mnemonics
+        roofline, ncu_top, arch="sm_90a", backend=backend, dtypes=(dtype,), facts=facts
     )
+
+
+# The kind of work each profile shows. These profile.json files predate its buffers and workload model,
+# so only the dims can name a kind: the two GEMMs name M, N and K; the others stay unknown.
+KINDS = {
+    "cutlass_sm80": "gemm_like",
+    "sgemm_naive": "gemm_like",
+    "triton_softmax": "unknown",
+    "vector_scale": "unknown",
+}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_selection_on_real_h200_profiles(name):
     selection = select(name)
     assert selection.ids == CASES[name][2]
+    assert selection.work_kind == KINDS[name]
     for axis, slots in selection.budget.items():
         taken = sum(1 for p in selection.selected if p.axis == axis)
         assert taken == min(slots, 2) or axis in selection.underfilled
