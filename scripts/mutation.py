@@ -62,6 +62,7 @@ TESTS: dict[str, tuple[str, ...]] = {
     "kopt_core/ncu/parse.py": (
         "tests/ncu/test_parse.py",
         "tests/ncu/test_parse_edges.py",
+        "tests/ncu/test_parse_mutants.py",
         "tests/ncu/test_metrics.py",
     ),
     "kopt_core/roofline/gaps.py": ("tests/roofline/test_gaps.py", "tests/roofline/test_gaps_edges.py"),
