@@ -65,7 +65,11 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/ncu/test_parse_mutants.py",
         "tests/ncu/test_metrics.py",
     ),
-    "kopt_core/roofline/gaps.py": ("tests/roofline/test_gaps.py", "tests/roofline/test_gaps_edges.py"),
+    "kopt_core/roofline/gaps.py": (
+        "tests/roofline/test_gaps.py",
+        "tests/roofline/test_gaps_edges.py",
+        "tests/roofline/test_gaps_mutants.py",
+    ),
     "kopt_core/bench/paired.py": ("tests/bench/test_paired.py",),
     "kopt_core/run/update.py": ("tests/run/test_update.py",),
     # the search's promotion: which configuration passes (judge) and which are kept (fastest_passing)
