@@ -48,10 +48,20 @@ REPO = Path(__file__).resolve().parents[1]
 TESTS: dict[str, tuple[str, ...]] = {
     "kopt_core/bench/compare.py": ("tests/bench/test_compare_mutants.py",),
     "kopt_core/bench/timing.py": ("tests/test_timing.py", "tests/bench/test_timing_mutants.py"),
+    # test_select_steps.py is left out: it runs kopt select mostly as a subprocess (no in-process hit) and
+    # takes about 30 s; test_selection_corpus.py builds kernels
     "kopt_core/knowledge/select.py": (
         "tests/knowledge/test_select.py",
+        "tests/knowledge/test_select_edges.py",
         "tests/knowledge/test_choice.py",
-        "tests/knowledge/test_select_steps.py",
+        "tests/knowledge/test_derived_evidence.py",
+        "tests/knowledge/test_select_h200.py",
+        "tests/knowledge/test_select_mutants.py",
+    ),
+    "kopt_core/knowledge/evidence.py": (
+        "tests/knowledge/test_derived_evidence.py",
+        "tests/knowledge/test_select_h200.py",
+        "tests/knowledge/test_evidence_mutants.py",
     ),
     "kopt_core/sass/verify.py": (
         "tests/sass/test_verify.py",
