@@ -25,12 +25,13 @@ def mutation():
     return module
 
 
-def test_every_mapped_module_and_test_file_exists(mutation):
+def test_every_mapped_module_exists_with_tests_to_run(mutation):
+    # a map entry may name a test file that has not landed yet (existing_tests leaves it out), but every
+    # module must have some
     for module, tests in mutation.TESTS.items():
         assert (REPO / module).is_file(), module
-        assert tests, module
-        for test in tests:
-            assert (REPO / test).is_file(), (module, test)
+        assert tests and all(test.startswith("tests/") and test.endswith(".py") for test in tests), module
+        assert mutation.existing_tests(module), module
 
 
 def test_each_module_is_mutated_in_a_workspace_of_its_own(mutation):
