@@ -81,7 +81,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/roofline/test_gaps_mutants.py",
     ),
     "kopt_core/bench/paired.py": ("tests/bench/test_paired.py", "tests/bench/test_paired_mutants.py"),
-    "kopt_core/run/update.py": ("tests/run/test_update.py",),
+    "kopt_core/run/update.py": ("tests/run/test_update.py", "tests/run/test_update_mutants.py"),
     # the search's promotion: which configuration passes (judge) and which are kept (fastest_passing)
     "kopt_core/search/promotion.py": ("tests/search/test_promotion.py",),
 }
