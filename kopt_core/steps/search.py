@@ -477,7 +477,7 @@ class _Objective:
             failed, candidate = self._checked(config, identifier)
             if failed is not None:
                 self.ready[identifier] = failed
-            elif candidate is not None:
+            else:
                 jobs.append(BuildJob(key=identifier, candidate=candidate))
         if jobs:
             builds = build_all(
@@ -485,7 +485,7 @@ class _Objective:
             )
             self.ready.update({job.key: build for job, build in zip(jobs, builds, strict=True)})
 
-    def _checked(self, config: Config, identifier: str) -> tuple[TrialOutcome | None, Candidate | None]:
+    def _checked(self, config: Config, identifier: str) -> tuple[TrialOutcome | None, Candidate]:
         from kopt_core.search.study import TrialOutcome
 
         kernel = self.source.write(config, self.out_dir / TRIALS_DIR / identifier)
@@ -493,25 +493,16 @@ class _Objective:
         try:
             check_candidate(self.pm, candidate, self.dims, self.reference)
         except ConfigError as exc:
-            return TrialOutcome("failed", detail=f"contract: {first_error_line(exc.message)}"), None
+            return TrialOutcome("failed", detail=f"contract: {first_error_line(exc.message)}"), candidate
         return None, candidate
 
     def __call__(self, config: Config) -> TrialOutcome:
         from kopt_core.search.study import TrialOutcome
 
         identifier = config_id(config)
-        build = self.ready.pop(identifier, None)
-        if build is None:
-            failed, candidate = self._checked(config, identifier)
-            if failed is not None or candidate is None:
-                return failed or TrialOutcome("failed", detail="contract: not checked")
-            (build,) = build_all(
-                self.pm,
-                [BuildJob(key=identifier, candidate=candidate)],
-                toolchain=Toolchain(arch=self.arch),
-                plan=CompilePlan(1, "one trial at a time"),
-                build_root=self.build_root,
-            )
+        if identifier not in self.ready:  # not prefetched: the engine asks one at a time
+            self.prefetch([config])
+        build = self.ready.pop(identifier)
         if isinstance(build, TrialOutcome):
             return build
         if not build.compile_pass or build.artifact is None:

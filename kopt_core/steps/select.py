@@ -8,8 +8,6 @@ import json
 from pathlib import Path
 from typing import TypeVar
 
-import attrs
-
 from kopt_core.bench.buffers import FLOAT_DTYPES
 from kopt_core.contract import INTEGER_SCALARS
 from kopt_core.errors import ConfigError
@@ -110,18 +108,15 @@ def select_from_evidence(
     roofline: Roofline,
     ncu_top: NcuTop,
     *,
-    sass_mnemonics: list[str] | None = None,
     facts: KernelFacts | None = None,
     choice: Choice | None = None,
     **context,
 ) -> Selection:
     """The scan on one profile, or ``choice`` checked against the hard constraints beside the scan's
     picks (ChoiceRejected, a ConfigError, names every one it breaks). ``facts`` is what profile.json
-    says about the kernel (``read_kernel_facts``); ``sass_mnemonics``, when given, replaces its SASS;
-    ``context`` holds the other fields of a ``SelectionContext``."""
+    says about the kernel (``read_kernel_facts``); ``context`` holds the other fields of a
+    ``SelectionContext``."""
     facts = facts or KernelFacts()
-    if sass_mnemonics is not None:
-        facts = attrs.evolve(facts, mnemonics=tuple(sass_mnemonics))
     kind, kind_why = work_kind(facts)
     evidence = ProfileEvidence(
         budget=dict(roofline.axis_budget),
@@ -294,16 +289,6 @@ def _read_mnemonics(sass_path: Path | None, *, why_none: str) -> tuple[tuple[str
     if listing.empty:
         return None, f"kernel traits not read ({sass_path} has no instructions): {skipped}"
     return tuple(listing.instructions), f"kernel traits read from {sass_path}"
-
-
-def read_traits(
-    sass_path: str | Path | None = None, *, profile_dir: str | Path | None = None
-) -> tuple[list[str] | None, str]:
-    """The kernel's SASS mnemonics (for kernel_has / kernel_lacks skip conditions) and a note saying
-    where they came from: ``sass_path`` when given, else the listing the profile in ``profile_dir`` kept
-    (its profile.json names it). None when there is none: those skip conditions are then not applied."""
-    facts, notes = read_kernel_facts(profile_dir, sass_path=sass_path)
-    return (None if facts.mnemonics is None else list(facts.mnemonics)), notes[-1]
 
 
 def select_standalone(

@@ -11,7 +11,7 @@ import pytest
 
 from kopt_core.errors import EXIT_CONFIG
 from kopt_core.knowledge.select import Choice, ChoiceRejected
-from kopt_core.steps.select import read_evidence, read_traits, select_from_evidence, who_chose
+from kopt_core.steps.select import read_evidence, read_kernel_facts, select_from_evidence, who_chose
 
 PROFILE = Path(__file__).resolve().parents[1] / "fixtures" / "h200" / "runs" / "sgemm_naive"
 SCAN_PICKS = ("compute.register_tiling", "memory.smem_tiling")
@@ -22,11 +22,11 @@ def select(methods=None, why=WHY, budget=None, **context):
     roofline, ncu_top = read_evidence(PROFILE / "roofline.json", PROFILE / "ncu_top.json")
     if budget is not None:  # the same evidence with another axis budget
         roofline = attrs.evolve(roofline, axis_budget=budget)
-    mnemonics, note = read_traits(profile_dir=PROFILE)
-    assert mnemonics, note
+    facts, notes = read_kernel_facts(PROFILE)
+    assert facts.mnemonics, notes
     context = {"arch": "sm_90a", "backend": "cuda", "dtypes": ("float32",), **context}
     choice = None if methods is None else Choice(methods=methods, why=why)
-    return select_from_evidence(roofline, ncu_top, sass_mnemonics=mnemonics, choice=choice, **context)
+    return select_from_evidence(roofline, ncu_top, facts=facts, choice=choice, **context)
 
 
 # one hard constraint broken per row: (the choice, the context, what the one problem says)

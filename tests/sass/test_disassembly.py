@@ -15,7 +15,14 @@ import kopt_triton.plugin
 from kopt_core.jsonio import write_json
 from kopt_core.records import Artifact, ProfileSummary, SassFile, to_data
 from kopt_core.steps.profile import keep_disassembly
-from kopt_core.steps.select import read_traits
+from kopt_core.steps.select import read_kernel_facts
+
+
+def read_traits(sass_path=None, *, profile_dir=None):
+    """The SASS mnemonics read_kernel_facts finds and its note on them."""
+    facts, notes = read_kernel_facts(profile_dir, sass_path=sass_path)
+    return facts.mnemonics, notes[-1]
+
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "h200"
 
