@@ -1,9 +1,12 @@
 """GPU validation of kopt's search (issue 13): each search against torch, timed by the same harness.
 
 For each case, `kopt search KERNEL --ref REF dims --trials N --json` tunes the space the kernel declares,
-then `kopt bench best.<ext> --ref REF dims --json` times the best configuration and the reference (torch:
-cuBLAS for the matmuls) in one worker, the same way; the ratio reference_ms / kernel_ms is what the
-issue's targets are about:
+then `kopt bench best.<ext> --ref TORCH dims --json` times the best configuration and torch's own GEMM
+(cuBLAS) in one worker, the same way; the ratio torch_ms / kernel_ms is what the issue's targets are
+about. TORCH is the reference whose timing is the right comparison: for the fp32 SGEMM the example's
+ref.py (torch.matmul in fp32, TF32 off); for the fp16 GEMMs tests/gpu/torch_fp16/ (torch.matmul on the
+fp16 operands), because the examples' ref.py compute an fp32 product for accuracy, which takes ten times
+as long as cuBLAS's fp16 GEMM:
 
 - examples/cuda/sgemm_tiled (declared tunables) at 4096^3 fp32: >= 60% of torch.matmul in fp32, TF32 off;
 - examples/triton/matmul_autotune (its autotune configs as the space) at 4096^3 fp16: >= 90%;
@@ -37,20 +40,23 @@ CASES = {
     "sgemm": (
         REPO / "examples/cuda/sgemm_tiled/kernel.cu",
         REPO / "examples/cuda/sgemm_tiled/ref.py",
-        40,
+        48,
         0.60,
+        REPO / "examples/cuda/sgemm_tiled/ref.py",
     ),
     "triton": (
         REPO / "examples/triton/matmul_autotune/kernel.py",
         REPO / "examples/triton/matmul_autotune/ref.py",
         24,
         0.90,
+        REPO / "tests/gpu/torch_fp16/matmul.py",
     ),
     "cutlass": (
         REPO / "examples/cutlass/gemm_sm90_search/kernel.cu",
         REPO / "examples/cutlass/gemm_sm90_search/ref.py",
         6,
         0.95,
+        REPO / "tests/gpu/torch_fp16/matmul_tn.py",
     ),
 }
 
@@ -75,7 +81,7 @@ def kopt(*args: str, cwd: Path, timeout: float) -> dict:
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_the_search_reaches_its_share_of_torch(name, tmp_path):
-    kernel, ref, trials, target = CASES[name]
+    kernel, ref, trials, target, torch_ref = CASES[name]
     out = tmp_path / "search"
     started = time.monotonic()
     result = kopt("search", str(kernel), "--ref", str(ref), *DIMS, "--trials", str(trials), "--out", str(out),
@@ -83,7 +89,7 @@ def test_the_search_reaches_its_share_of_torch(name, tmp_path):
     minutes = (time.monotonic() - started) / 60
     best = json.loads((out / "best.json").read_text())
     best_file = next(out.glob("best.*[!n]"))  # best.cu or best.py, not best.json
-    bench = kopt("bench", str(best_file), "--ref", str(ref), *DIMS, cwd=tmp_path, timeout=900)
+    bench = kopt("bench", str(best_file), "--ref", str(torch_ref), *DIMS, cwd=tmp_path, timeout=900)
     kernel_ms = bench["kernel_timing"]["median_ms"]
     torch_ms = bench["reference_timing"]["median_ms"]
     ratio = torch_ms / kernel_ms

@@ -309,7 +309,7 @@ def test_autotune_configs_of_the_example_are_one_categorical_choice():
     space = read_space(AUTOTUNE_EXAMPLE)
 
     assert space.kind == "py_autotune"
-    assert space.choices == {"config": (0, 1, 2, 3)}
+    assert space.choices == {"config": tuple(range(8))}
     assert space.autotune_kernel == "matmul_kernel"
     compact = [" ".join(text.split()) for text in space.autotune_configs]
     assert compact == [
@@ -320,6 +320,10 @@ def test_autotune_configs_of_the_example_are_one_categorical_choice():
             (128, 256, 64, 8, 3),
             (64, 128, 64, 4, 4),
             (128, 128, 32, 4, 4),
+            (128, 256, 64, 8, 4),
+            (256, 128, 64, 8, 3),
+            (128, 128, 64, 8, 4),
+            (128, 128, 64, 4, 4),
         ]
     ]
 
