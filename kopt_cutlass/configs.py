@@ -33,6 +33,10 @@ widen the pruning, cluster sizes, MMA multipliers and instruction shapes (231 ad
 TMA kernels; 9992 is exhaustive and takes minutes). The raw listing is made once per level and process
 (about 3 s for the default level, 4 to 8 s for 231, on a 2-core machine) and every query is cached.
 
+``rank_for_problem`` orders configs best-first for one M x N x K problem from facts of CUTLASS's Hopper
+kernels (``ProblemFit``, no measurement), and ``seed_order`` makes that order diverse: the prior whose
+first configurations ``kopt search`` evaluates before its sampler proposes any.
+
 Importing this module has no side effects; ``cutlass_library`` is imported on the first enumeration.
 """
 
@@ -42,10 +46,11 @@ import functools
 import hashlib
 import importlib.metadata
 import importlib.resources
+import itertools
 import math
 import os
 import string
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -486,6 +491,260 @@ def filter_for_problem(
 ) -> tuple[CutlassGemmConfig, ...]:
     """The configs that can serve an M x N x K problem (``fits_problem``), in their order."""
     return tuple(config for config in configs if fits_problem(config, M, N, K))
+
+
+# --- ranking ------------------------------------------------------------------------------------------
+#
+# A prior for a search whose trials cost a minute of nvcc each: which configurations of a listing to try
+# first for one problem. It reads only the configuration and the problem, and every criterion is a fact
+# of CUTLASS's SM90 kernels (the constants below are CUTLASS's own, cited), not a measurement.
+
+H100_SM_COUNT = 132  # SMs of an H100 SXM and an H200: a wave of a persistent kernel is this many CTAs
+_ELEMENT_BITS = {
+    "f16": 16,
+    "bf16": 16,
+    "f32": 32,
+    "tf32": 32,
+    "e4m3": 8,
+    "e5m2": 8,
+    "s8": 8,
+    "u8": 8,
+    "s32": 32,
+}
+# detail::tma_alignment_bytes: KernelScheduleAuto takes TMA when both operands are this aligned
+_TMA_ALIGNMENT_BITS = 128
+# The warp-specialized kernels' "HeavyRegisterPressure" mark (sm90_gemm_tma_warpspecialized_cooperative
+# .hpp, _pingpong.hpp): accumulator registers per consumer thread; setmaxnreg then gives a consumer 240
+# registers at most, so 256 accumulators (a 256x256 fp32 tile over two warp groups) cannot stay in them.
+_HEAVY_REGISTER_PRESSURE = 208
+# PersistentTileSchedulerSm90StreamKParams::min_iters_per_sk_unit_: with this many K tiles per output
+# tile or fewer, the stream-K scheduler splits nothing.
+_STREAM_K_MIN_K_TILES = 8
+_WAVE_STEP = 0.05  # wave efficiency is compared in 5% steps: less is noise next to a tile's reuse
+
+_COOPERATIVE = "cutlass::gemm::KernelTmaWarpSpecializedCooperative"
+_PINGPONG = "cutlass::gemm::KernelTmaWarpSpecializedPingpong"
+_CP_ASYNC = "cutlass::gemm::KernelCpAsyncWarpSpecialized"
+_NO_SMEM_EPILOGUE = "cutlass::epilogue::NoSmemWarpSpecialized"
+
+
+def effective_kernel_schedule(config: CutlassGemmConfig) -> str:
+    """The kernel schedule CUTLASS builds: ``KernelScheduleAuto`` resolved as SM90's CollectiveBuilder
+    does (sm90_gmma_builder.inl): TMA when A and B are 16-byte aligned, then Cooperative, or Pingpong for a
+    tile 64 rows high (Cooperative needs 128); else KernelCpAsyncWarpSpecialized. Others as listed."""
+    if _last(config.kernel_schedule) != "KernelScheduleAuto":
+        return config.kernel_schedule
+    aligned = all(
+        (_ELEMENT_BITS.get(element, 0) * alignment) % _TMA_ALIGNMENT_BITS == 0
+        for element, alignment in (
+            (config.element_a, config.alignment_a),
+            (config.element_b, config.alignment_b),
+        )
+    )
+    if not aligned:
+        return _CP_ASYNC
+    return _PINGPONG if config.tile_shape[0] == 64 else _COOPERATIVE
+
+
+def effective_epilogue_schedule(config: CutlassGemmConfig) -> str:
+    """The epilogue schedule CUTLASS builds: ``EpilogueScheduleAuto`` is NoSmemWarpSpecialized on SM90
+    (sm90_builder.inl); others as listed."""
+    if _last(config.epilogue_schedule) == "EpilogueScheduleAuto":
+        return _NO_SMEM_EPILOGUE
+    return config.epilogue_schedule
+
+
+@frozen
+class ProblemFit:
+    """What the ranking reads of one configuration at one M x N x K problem, and its sort key."""
+
+    config: CutlassGemmConfig
+    tma: bool  # a TMA mainloop (KernelTmaWarpSpecialized*, or Auto resolving to one)
+    overlapped: bool  # cooperative or pingpong: persistent, the next tile loads during an epilogue
+    accumulator_registers: int  # per consumer thread (CUTLASS's RegsPerThread)
+    tiles: int  # output tiles, the grid rounded up to whole clusters
+    waves: int  # ceil(tiles / sm_count)
+    wave_efficiency: float  # busy CTA slots over all of them; 1.0 for stream-K that splits
+    stream_k: bool
+    stream_k_splits: bool  # a stream-K scheduler that, in its default Heuristic mode, splits work here
+    cluster_size: int
+    multicast_elements: int  # operand elements a CTA gets by TMA multicast per K block
+    tma_epilogue: bool
+
+    @property
+    def spills(self) -> bool:
+        """The accumulators alone reach CUTLASS's heavy register pressure mark."""
+        return self.accumulator_registers >= _HEAVY_REGISTER_PRESSURE
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """``rank_for_problem``'s sort key; smaller is better."""
+        config = self.config
+        stream_k_idle = self.stream_k and not self.stream_k_splits
+        auto = "Auto" in _last(config.kernel_schedule) or "Auto" in _last(config.epilogue_schedule)
+        vector_bits = min(
+            _ELEMENT_BITS.get(config.element_a, 0) * config.alignment_a,
+            _ELEMENT_BITS.get(config.element_b, 0) * config.alignment_b,
+        )
+        return (
+            not self.tma,
+            self.spills,
+            stream_k_idle,
+            not self.overlapped,
+            -math.floor(self.wave_efficiency / _WAVE_STEP + 1e-9),
+            -(config.tile_shape[0] * config.tile_shape[1]),
+            {2: 0, 1: 2}.get(self.cluster_size, 1),
+            -self.multicast_elements,
+            not self.tma_epilogue,
+            auto,
+            -vector_bits,
+            _order(config),
+        )
+
+    @property
+    def tier(self) -> tuple[bool, ...]:
+        """The key's kind-of-kernel criteria (1-4 of ``rank_for_problem``): configs of one tier differ
+        only in how well they fit the problem's shape."""
+        return self.key[:4]
+
+    @property
+    def reasons(self) -> str:
+        """The facts of ``key`` in words: "TMA, Cooperative, 128 accumulator registers/thread, 4 waves at
+        97%, tile 128x256x64, cluster 2x1x1 (multicast 8192 elements/k-block), TMA epilogue"."""
+        config = self.config
+        schedule = _last(effective_kernel_schedule(config))
+        kind = next(
+            (word for word in ("Cooperative", "Pingpong") if word in schedule), "plain warp-specialized"
+        )
+        registers = f"{self.accumulator_registers} accumulator registers/thread"
+        parts = ["TMA" if self.tma else "cp.async", kind, registers + (" (spills)" if self.spills else "")]
+        if self.stream_k_splits:
+            parts.append(f"{self.tiles} tiles, stream-K splits the K loop of the last waves")
+        else:
+            idle = ", stream-K idle (runs data-parallel)" if self.stream_k else ""
+            parts.append(f"{self.waves} waves at {self.wave_efficiency:.0%}{idle}")
+        parts.append(f"tile {_shape(config.tile_shape)}")
+        parts.append(
+            f"cluster {_shape(config.cluster_shape)} (multicast {self.multicast_elements} elements/k-block)"
+        )
+        parts.append("TMA epilogue" if self.tma_epilogue else "epilogue without shared memory")
+        return ", ".join(parts)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def problem_fit(
+    config: CutlassGemmConfig, M: int, N: int, K: int, sm_count: int = H100_SM_COUNT
+) -> ProblemFit:
+    """The facts ``rank_for_problem`` orders ``config`` by at an M x N x K problem on ``sm_count`` SMs."""
+    if sm_count <= 0 or min(M, N, K) <= 0:
+        raise ConfigError(
+            f"rank an M x N x K problem on a GPU with SMs: M={M} N={N} K={K} sm_count={sm_count}"
+        )
+    schedule = _last(effective_kernel_schedule(config))
+    cooperative = "Cooperative" in schedule
+    tile_m, tile_n, tile_k = config.tile_shape
+    cluster_m, cluster_n, cluster_k = config.cluster_shape
+    consumers = 256 if cooperative else 128  # two consumer warp groups share a cooperative tile
+    accumulator_bits = _ELEMENT_BITS.get(config.element_accumulator, 32)
+    registers = tile_m * tile_n * accumulator_bits // (consumers * 32)
+    useful_m, useful_n = _ceil_div(M, tile_m), _ceil_div(N, tile_n)
+    tiles = _ceil_div(useful_m, cluster_m) * cluster_m * _ceil_div(useful_n, cluster_n) * cluster_n
+    useful = useful_m * useful_n
+    waves = _ceil_div(tiles, sm_count)
+    stream_k = "StreamK" in config.tile_scheduler
+    # CUTLASS's Heuristic decomposition (PersistentTileSchedulerSm90StreamKParams::get_num_sk_tiles):
+    # stream-K work only when the last wave is partial and less than half full, and a tile has more
+    # than min_iters_per_sk_unit_ K tiles to split
+    tail = tiles - (tiles // sm_count) * sm_count
+    splits = stream_k and tail > 0 and 2 * tail < sm_count and _ceil_div(K, tile_k) > _STREAM_K_MIN_K_TILES
+    efficiency = 1.0 if splits else useful / (waves * sm_count)
+    # cluster CTAs along M share B's tile (tile_n x tile_k), along N A's (tile_m x tile_k): each CTA
+    # loads 1/cluster of the shared tile and gets the rest by multicast
+    multicast = (cluster_m - 1) * tile_n * tile_k // cluster_m + (
+        cluster_n - 1
+    ) * tile_m * tile_k // cluster_n
+    return ProblemFit(
+        config=config,
+        tma="KernelTma" in schedule,
+        overlapped=cooperative or "Pingpong" in schedule,
+        accumulator_registers=registers,
+        tiles=tiles,
+        waves=waves,
+        wave_efficiency=efficiency,
+        stream_k=stream_k,
+        stream_k_splits=splits,
+        cluster_size=cluster_m * cluster_n * cluster_k,
+        multicast_elements=multicast,
+        tma_epilogue=_last(effective_epilogue_schedule(config)).startswith("TmaWarpSpecialized"),
+    )
+
+
+def rank_for_problem(
+    configs: Iterable[CutlassGemmConfig], M: int, N: int, K: int, sm_count: int = H100_SM_COUNT
+) -> tuple[CutlassGemmConfig, ...]:
+    """``configs`` best-first for an M x N x K problem on a GPU of ``sm_count`` SMs: a prior from CUTLASS's
+    Hopper facts, deterministic, for the first trials of a search (``ProblemFit.key``), comparing in turn:
+
+    1. a TMA mainloop (KernelTmaWarpSpecialized*, or KernelScheduleAuto, which takes TMA for 16-byte
+       aligned operands) before cp.async (no multicast, the load issued by the producer warps' threads);
+    2. accumulators that fit: fewer than CUTLASS's HeavyRegisterPressure mark (208 registers per consumer
+       thread; a 256x256 fp32 tile over two warp groups needs 256) before those that spill;
+    3. no StreamKScheduler that would not split: in its default Heuristic mode it splits the K loop only
+       when the last wave of output tiles is partial and under half full (fewer than two waves, or a
+       poor last wave) and a tile has more than 8 K tiles; elsewhere it runs data-parallel with extra
+       bookkeeping, so it ranks after the plain scheduler; where it splits, it fills every SM;
+    4. a Cooperative or Pingpong schedule before the plain warp-specialized one: they are persistent,
+       their producer warp group loads the next tile during the epilogue (Pingpong also runs one
+       consumer's epilogue beside the other's MMAs); the plain one computes one tile per CTA;
+    5. higher wave efficiency, in 5% steps: output tiles (the grid rounded up to whole clusters) over
+       waves * ``sm_count`` CTAs; 1.0 for stream-K that splits;
+    6. a larger CTA tile (more reuse per byte loaded; 2. already put tiles too large for registers last);
+    7. a 2-CTA cluster (TMA multicast of one operand) before larger clusters (that many CTAs must be
+       co-scheduled on one GPC), before none; then more multicast elements (the cluster along the
+       dimension whose shared operand tile is larger);
+    8. a TMA epilogue before the epilogue without shared memory (which EpilogueScheduleAuto is);
+    9. an explicit schedule before Auto (the same kernel, named), wider operand vectors, then the
+       listing's order.
+    """
+    fits = [problem_fit(config, M, N, K, sm_count) for config in configs]
+    return tuple(fit.config for fit in sorted(fits, key=lambda fit: fit.key))
+
+
+def diverse_order(
+    ranked: Iterable[CutlassGemmConfig], tier: Callable[[CutlassGemmConfig], Hashable] | None = None
+) -> tuple[CutlassGemmConfig, ...]:
+    """``ranked`` (best first) with the first config of each distinct (tile shape, effective kernel
+    schedule) moved to the front, in rank order, then the others in rank order: a prefix of N configs
+    tries N different kernels before variants of one (its epilogue, cluster, scheduler or alignment).
+
+    With ``tier`` (a function of a config, constant over runs of ``ranked``), this is done within each
+    run of one tier, and the runs keep their order: a kernel of a worse tier is not tried before the
+    variants of a better one."""
+    ordered: list[CutlassGemmConfig] = []
+    for _, run in itertools.groupby(ranked, key=tier or (lambda config: 0)):
+        leaders: list[CutlassGemmConfig] = []
+        others: list[CutlassGemmConfig] = []
+        seen: set[tuple[tuple[int, int, int], str]] = set()
+        for config in run:
+            kind = (config.tile_shape, effective_kernel_schedule(config))
+            (others if kind in seen else leaders).append(config)
+            seen.add(kind)
+        ordered += leaders + others
+    return tuple(ordered)
+
+
+def seed_order(
+    configs: Iterable[CutlassGemmConfig], M: int, N: int, K: int, sm_count: int = H100_SM_COUNT
+) -> tuple[CutlassGemmConfig, ...]:
+    """The order in which a search tries ``configs`` first at an M x N x K problem: ``rank_for_problem``,
+    made diverse (``diverse_order``) within each tier of ``ProblemFit.tier`` (TMA or not, spilling or
+    not, idle stream-K or not, overlapped schedule or not)."""
+    fits = {config.id: problem_fit(config, M, N, K, sm_count) for config in configs}
+    ranked = [fit.config for fit in sorted(fits.values(), key=lambda fit: fit.key)]
+    return diverse_order(ranked, tier=lambda config: fits[config.id].tier)
 
 
 # --- kernels ------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import random
 import re
 import subprocess
 import sys
@@ -30,12 +31,18 @@ from kopt_cutlass.configs import (
     EXCLUDED_MIXED_CONVERT,
     EXCLUDED_MIXED_SCALES,
     EXCLUDED_MIXED_SHUFFLED,
+    diverse_order,
+    effective_epilogue_schedule,
+    effective_kernel_schedule,
     emit_kernel,
     enumerate_sm90_gemms,
     filter_for_problem,
     list_sm90_gemms,
+    problem_fit,
+    rank_for_problem,
     render_kernel,
     requirement_text,
+    seed_order,
 )
 from kopt_cutlass.headers import discover, find_cutlass
 
@@ -45,6 +52,8 @@ DIMS = {"M": 256, "N": 384, "K": 512}
 COOPERATIVE = "cutlass::gemm::KernelTmaWarpSpecializedCooperative"
 PINGPONG = "cutlass::gemm::KernelTmaWarpSpecializedPingpong"
 STREAM_K = "cutlass::gemm::StreamKScheduler"
+AUTO = "cutlass::gemm::collective::KernelScheduleAuto"
+NO_SMEM_EPILOGUE = "cutlass::epilogue::NoSmemWarpSpecialized"
 TMA_COOPERATIVE_EPILOGUE = "cutlass::epilogue::TmaWarpSpecializedCooperative"
 TMA_EPILOGUE = "cutlass::epilogue::TmaWarpSpecialized"
 
@@ -255,6 +264,193 @@ def test_filter_for_problem_keeps_configs_whose_alignment_and_clusters_fit():
     assert requirement_text(configs[0]) == "K and N must be multiples of 8"
     cp_async = next(config for config in configs if config.alignment_a == 2)
     assert requirement_text(cp_async) == "K must be a multiple of 2; N must be a multiple of 8"
+
+
+# --- the prior: configurations ranked for a problem ----------------------------------------------------
+
+
+def _fitting(M: int, N: int, K: int):
+    return filter_for_problem(enumerate_sm90_gemms("f16", "f16", "f16", "f32", "tn"), M, N, K)
+
+
+def _twin(config):
+    """The same kernel with the kernel schedule's own (data-parallel) tile scheduler."""
+    return attrs.evolve(config, tile_scheduler="")
+
+
+@listing_of_4_2
+def test_at_4096_cubed_a_tma_cooperative_128x256_cluster_of_two_ranks_first_cp_async_and_stream_k_last():
+    configs = _fitting(4096, 4096, 4096)
+    assert len(configs) == 84
+    ranked = rank_for_problem(configs, 4096, 4096, 4096)
+    assert sorted(config.id for config in ranked) == sorted(config.id for config in configs)
+    best = ranked[0]
+    assert (best.kernel_schedule, best.epilogue_schedule, best.tile_scheduler) == (
+        COOPERATIVE,
+        TMA_COOPERATIVE_EPILOGUE,
+        "",
+    )
+    # the two tiles whose 128 accumulator registers per thread fit, with the larger operand multicast
+    assert [(config.tile_shape, config.cluster_shape) for config in ranked[:2]] == [
+        ((128, 256, 64), (2, 1, 1)),
+        ((256, 128, 64), (1, 2, 1)),
+    ]
+    assert {config.kernel_schedule for config in ranked[:4]} == {COOPERATIVE}
+    position = {config.id: index for index, config in enumerate(ranked)}
+    cp_async = sorted(position[config.id] for config in configs if "CpAsync" in config.kernel_schedule)
+    assert cp_async == list(range(84 - len(cp_async), 84))  # the 12 cp.async configs are the last
+    # 512 tiles of 128x256 are 4 waves at 97%: CUTLASS's stream-K heuristic runs data-parallel, so every
+    # stream-K config ranks below every TMA config that is not stream-K and does not spill
+    sound = [
+        position[config.id]
+        for config in configs
+        if not config.tile_scheduler
+        and "CpAsync" not in config.kernel_schedule
+        and not problem_fit(config, 4096, 4096, 4096).spills
+    ]
+    stream_k = [position[config.id] for config in configs if config.tile_scheduler == STREAM_K]
+    assert len(stream_k) == 20 and min(stream_k) > max(sound)
+    for config in configs:
+        if config.tile_scheduler:
+            assert position[_twin(config).id] < position[config.id], config.label
+    # a 256x256 tile (256 accumulator registers per thread) after every cooperative 128x256 and 256x128
+    wide = [
+        position[config.id]
+        for config in configs
+        if config.tile_shape in ((128, 256, 64), (256, 128, 64))
+        and config.kernel_schedule == COOPERATIVE
+        and not config.tile_scheduler
+    ]
+    assert min(position[config.id] for config in configs if config.tile_shape == (256, 256, 64)) > max(wide)
+    # deterministic, whatever order the configs come in
+    shuffled = list(configs)
+    random.Random(0).shuffle(shuffled)
+    assert rank_for_problem(shuffled, 4096, 4096, 4096) == ranked
+    assert rank_for_problem(iter(reversed(configs)), 4096, 4096, 4096) == ranked
+
+
+def test_stream_k_ranks_first_where_the_output_tiles_do_not_fill_the_gpu():
+    M, N, K = 512, 512, 32768  # 8 tiles of 128x256 for 132 SMs, 512 K tiles each
+    configs = _fitting(M, N, K)
+    ranked = rank_for_problem(configs, M, N, K)
+    best = problem_fit(ranked[0], M, N, K)
+    assert ranked[0].tile_scheduler == STREAM_K and ranked[0].kernel_schedule == COOPERATIVE
+    assert best.tiles == 8 and best.stream_k_splits and best.wave_efficiency == 1.0
+    position = {config.id: index for index, config in enumerate(ranked)}
+    for config in configs:
+        if config.tile_scheduler and "CpAsync" not in config.kernel_schedule:
+            assert position[config.id] < position[_twin(config).id], config.label
+    # with 8 K tiles a tile (K = 512) the scheduler splits nothing: stream-K ranks below its twin again
+    shallow = rank_for_problem(_fitting(M, N, 512), M, N, 512)
+    assert shallow[0].tile_scheduler == ""
+    assert not any(problem_fit(config, M, N, 512).stream_k_splits for config in shallow)
+
+
+def test_problem_fit_reads_cutlass_facts():
+    configs = _fitting(4096, 4096, 4096)
+    tma = {
+        "kernel_schedule": COOPERATIVE,
+        "epilogue_schedule": TMA_COOPERATIVE_EPILOGUE,
+        "tile_scheduler": "",
+    }
+    wide = _only(configs, tile_shape=(128, 256, 64), cluster_shape=(2, 1, 1), **tma)
+    fit = problem_fit(wide, 4096, 4096, 4096)
+    assert (fit.tiles, fit.waves, fit.accumulator_registers, fit.multicast_elements) == (512, 4, 128, 8192)
+    assert fit.wave_efficiency == 512 / (4 * 132)
+    assert fit.tma and fit.overlapped and fit.tma_epilogue and not fit.spills and not fit.stream_k
+    assert fit.reasons == (
+        "TMA, Cooperative, 128 accumulator registers/thread, 4 waves at 97%, tile 128x256x64, "
+        "cluster 2x1x1 (multicast 8192 elements/k-block), TMA epilogue"
+    )
+    # 33 tile rows: the cluster of two pads the grid to 34
+    padded = problem_fit(wide, 33 * 128, 4096, 4096)
+    assert (padded.tiles, padded.waves, padded.wave_efficiency) == (34 * 16, 5, 33 * 16 / (5 * 132))
+    assert problem_fit(wide, 4096, 4096, 4096, sm_count=114).waves == 5  # an H100 PCIe
+    square = _only(configs, tile_shape=(256, 256, 64), cluster_shape=(2, 1, 1), **tma)
+    assert problem_fit(square, 4096, 4096, 4096).accumulator_registers == 256
+    assert problem_fit(square, 4096, 4096, 4096).spills
+    assert (
+        problem_fit(attrs.evolve(square, element_accumulator="f16"), 4096, 4096, 4096).accumulator_registers
+        == 128
+    )
+    pingpong = _only(
+        configs,
+        tile_shape=(128, 256, 64),
+        cluster_shape=(2, 1, 1),
+        kernel_schedule=PINGPONG,
+        epilogue_schedule=TMA_EPILOGUE,
+    )
+    assert problem_fit(pingpong, 4096, 4096, 4096).spills  # one warp group holds the whole tile
+    # the stream-K heuristic: 198 tiles leave a last wave exactly half full (data-parallel), 180 one
+    # under half full (split)
+    stream_k = _only(
+        configs,
+        tile_shape=(128, 128, 64),
+        cluster_shape=(2, 1, 1),
+        kernel_schedule=COOPERATIVE,
+        epilogue_schedule=TMA_COOPERATIVE_EPILOGUE,
+        tile_scheduler=STREAM_K,
+    )
+    assert not problem_fit(stream_k, 18 * 128, 11 * 128, 4096).stream_k_splits
+    assert problem_fit(stream_k, 18 * 128, 10 * 128, 4096).stream_k_splits
+    with pytest.raises(ConfigError):
+        problem_fit(wide, 4096, 4096, 4096, sm_count=0)
+
+
+def test_auto_schedules_rank_as_what_the_collective_builders_make_of_them():
+    configs = _fitting(4096, 4096, 4096)
+    narrow = _only(configs, tile_shape=(64, 256, 64), cluster_shape=(2, 1, 1), kernel_schedule=AUTO)
+    assert effective_kernel_schedule(narrow) == PINGPONG  # Cooperative needs 128 rows
+    auto = _only(configs, tile_shape=(128, 128, 64), cluster_shape=(2, 1, 1), kernel_schedule=AUTO)
+    assert effective_kernel_schedule(auto) == COOPERATIVE
+    assert effective_epilogue_schedule(auto) == NO_SMEM_EPILOGUE
+    unaligned = attrs.evolve(auto, alignment_a=4)  # 8 bytes: no TMA
+    assert effective_kernel_schedule(unaligned) == "cutlass::gemm::KernelCpAsyncWarpSpecialized"
+    assert not problem_fit(unaligned, 4096, 4096, 4096).tma
+    explicit = _only(
+        configs,
+        tile_shape=(128, 128, 64),
+        cluster_shape=(2, 1, 1),
+        kernel_schedule=COOPERATIVE,
+        epilogue_schedule=NO_SMEM_EPILOGUE,
+        tile_scheduler="",
+    )
+    auto_key, explicit_key = (problem_fit(c, 4096, 4096, 4096).key for c in (auto, explicit))
+    assert auto_key[:9] == explicit_key[:9] and auto_key > explicit_key  # the same kernel, named after it
+    assert effective_kernel_schedule(explicit) == COOPERATIVE
+
+
+def test_diverse_orders_try_each_tile_and_schedule_before_variants_of_one():
+    configs = _fitting(4096, 4096, 4096)
+    ranked = rank_for_problem(configs, 4096, 4096, 4096)
+
+    def kind(config):
+        return (config.tile_shape, effective_kernel_schedule(config))
+
+    diverse = diverse_order(ranked)
+    assert sorted(config.id for config in diverse) == sorted(config.id for config in ranked)
+    leaders = len({kind(config) for config in ranked})
+    assert len({kind(config) for config in diverse[:leaders]}) == leaders
+    assert diverse[0] == ranked[0]
+    position = {config.id: index for index, config in enumerate(ranked)}
+    for part in (diverse[:leaders], diverse[leaders:]):  # each part in rank order
+        assert [position[config.id] for config in part] == sorted(position[config.id] for config in part)
+    assert not any(config.kernel_schedule == AUTO for config in diverse[:leaders])  # Auto's twin leads
+    assert any(problem_fit(config, 4096, 4096, 4096).spills for config in diverse[:leaders])
+    # the search's order: diverse within each tier, so no kernel of a worse tier before a better's variants
+    seeds = seed_order(configs, 4096, 4096, 4096)
+    assert [config.id for config in seeds[:2]] == [config.id for config in ranked[:2]]
+    assert {kind(config) for config in seeds[:5]} == {
+        ((128, 256, 64), COOPERATIVE),
+        ((256, 128, 64), COOPERATIVE),
+        ((64, 256, 64), PINGPONG),
+        ((128, 128, 64), COOPERATIVE),
+        ((128, 128, 64), PINGPONG),
+    }
+    assert kind(seeds[5]) == ((128, 256, 64), COOPERATIVE)  # the best tier has five kinds
+    tiers = [problem_fit(config, 4096, 4096, 4096).tier for config in seeds]
+    assert tiers == sorted(tiers)
+    assert diverse_order([]) == ()
 
 
 def test_every_emitted_tn_kernel_passes_preflight_against_the_examples_reference(pm, tmp_path):

@@ -27,6 +27,13 @@ How a study stays correct across kills and resumes:
   After ``MAX_IDLE_PROPOSALS`` of them in a row the engine enqueues an unseen valid point itself, so a
   sampler stuck on seen or invalid points cannot spin; when no unseen valid point is left, the space is
   exhausted and the study stops.
+- Seeds: ``first`` (kopt's search passes the CUTLASS configurations a prior ranks best for the problem)
+  is enqueued when the study is fresh (it has no trial at all), in order, at most ``trials`` of them,
+  each marked ``kopt_seeded`` = ``prior``; so they are evaluated before the sampler proposes anything,
+  and count towards the budget like any trial. A study that has trials is never seeded again: a resumed
+  one keeps its waiting seeds (asked first, as ever) and its evaluations, so no configuration is lost or
+  evaluated twice. A kill while the seeds are being enqueued (milliseconds) leaves the study with the
+  seeds enqueued so far.
 - ``sampler="grid"`` evaluates every valid point once, in a seeded permutation of the grid (so a time
   budget that ends it early has sampled the whole grid, not one corner), by enqueueing each point.
 - ``trials`` is the study's budget of evaluations in total, across resumes (a study of 50 killed after 30
@@ -54,7 +61,7 @@ import socket
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -74,7 +81,7 @@ from kopt_core.records import to_data
 from kopt_core.records.fields import as_tuple
 from kopt_core.search.promotion import fastest_passing
 from kopt_core.search.space import Config, Space, Value
-from kopt_core.search.variants import config_id
+from kopt_core.search.variants import check_config, config_id
 
 SamplerName = Literal["tpe", "random", "grid", "cmaes"]
 SAMPLERS: tuple[str, ...] = ("tpe", "random", "grid", "cmaes")
@@ -90,6 +97,8 @@ DETAIL = "kopt_detail"
 SECONDS = "kopt_seconds"
 DUPLICATE_OF = "kopt_duplicate_of"
 REQUEUED_FROM = "kopt_requeued_from"
+SEEDED = "kopt_seeded"  # "prior": enqueued from run_study's ``first``, before the sampler proposed anything
+PRIOR = "prior"
 STUDY_SPACE_ID = "kopt_space_id"
 STUDY_ENCODING = "kopt_encoding"
 
@@ -137,6 +146,7 @@ class TrialRecord:
     value_ms: float | None
     detail: str
     seconds: float  # how long the objective took
+    seeded: str = ""  # "prior" when the configuration was one of run_study's ``first``, else ""
 
 
 @frozen
@@ -156,6 +166,11 @@ class StudyResult:
     @property
     def failures(self) -> int:
         return sum(1 for t in self.trials if t.status == "failed")
+
+    @property
+    def seeded(self) -> int:
+        """Evaluated configurations that were seeds (``first``), not the sampler's proposals."""
+        return sum(1 for t in self.trials if t.seeded)
 
     @property
     def trials_per_minute(self) -> float:
@@ -178,15 +193,20 @@ def run_study(
     time_budget_s: float | None = None,
     seed: int = 0,
     progress: bool = True,
+    first: Sequence[Mapping[str, Value]] = (),
 ) -> StudyResult:
     """Search ``space`` for the configuration with the lowest ``objective`` time, resuming the study
     ``study_name`` in ``storage`` if it exists. Stops at ``trials`` evaluations in the study, after
-    ``time_budget_s`` seconds of this call, or when every valid point has been evaluated. ConfigError for
-    a bad sampler, budget or storage, or a study that holds a different space."""
+    ``time_budget_s`` seconds of this call, or when every valid point has been evaluated. ``first``:
+    configurations to evaluate before the sampler proposes anything, in order, when the study is fresh
+    (see the module docstring; those breaking a constraint or repeated are skipped). ConfigError for
+    a bad sampler, budget or storage, a point of ``first`` outside the space, or a study that holds a
+    different space."""
     if trials is not None and trials < 0:
         raise ConfigError(f"the trial budget must be >= 0, not {trials}")
     if time_budget_s is not None and not time_budget_s > 0:
         raise ConfigError(f"the time budget must be > 0 seconds, not {time_budget_s}")
+    seeds = [check_config(space, point) for point in first]
     chosen, encoding = _make_sampler(sampler, seed)
     backend = _open_storage(storage)
     started = time.monotonic()
@@ -198,6 +218,7 @@ def run_study(
         session.check_study()
         session.recover()
         session.load_seen()
+        session.seed(seeds, trials)
         with _display(progress, trials, session) as show:
             reason = session.loop(objective, trials, time_budget_s, show)
         return session.result(sampler, reason, time.monotonic() - started)
@@ -218,11 +239,13 @@ def write_results(result: StudyResult, folder: str | Path, stem: str = "trials")
     folder = Path(folder)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["number", "config_id", "status", "value_ms", "seconds", "detail", "config"])
+    writer.writerow(["number", "config_id", "status", "value_ms", "seconds", "detail", "config", "seeded"])
     for t in result.trials:
         value = "" if t.value_ms is None else repr(t.value_ms)
         config = ", ".join(f"{name}={value!r}" for name, value in t.config.items())
-        writer.writerow([t.number, t.config_id, t.status, value, f"{t.seconds:.3f}", t.detail, config])
+        writer.writerow(
+            [t.number, t.config_id, t.status, value, f"{t.seconds:.3f}", t.detail, config, t.seeded]
+        )
     csv_path = write_text_atomic(folder / f"{stem}.csv", buffer.getvalue())
     document = {
         "schema_version": RESULTS_SCHEMA_VERSION,
@@ -234,6 +257,7 @@ def write_results(result: StudyResult, folder: str | Path, stem: str = "trials")
         "rejected": result.rejected,
         "duplicates": result.duplicates,
         "interrupted": result.interrupted,
+        "seeded": result.seeded,
         "elapsed_s": result.elapsed_s,
         "evaluated_now": result.evaluated_now,
         "trials_per_minute": result.trials_per_minute,
@@ -301,7 +325,9 @@ class _Session:
                     self.in_flight[trial.user_attrs[CONFIG_ID]] = trial.number
                 continue
             if set(trial.params) == set(self.space.names):  # else it died before its config was chosen
-                self.study.enqueue_trial(dict(trial.params), user_attrs={REQUEUED_FROM: trial.number})
+                self.study.enqueue_trial(
+                    dict(trial.params), user_attrs=_requeued(trial.number, trial.user_attrs)
+                )
             trial_id = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
             self.storage.set_trial_user_attr(trial_id, STATUS, "interrupted")
             self.storage.set_trial_user_attr(
@@ -316,6 +342,23 @@ class _Session:
             if record is not None:
                 self.seen.setdefault(record.config_id, record)
                 self._count(record)
+
+    def seed(self, first: Sequence[Config], trials: int | None) -> int:
+        """Enqueue ``first`` (at most ``trials`` of them) when the study has no trial at all; returns how
+        many were enqueued. Points that break a constraint or repeat an earlier one are skipped."""
+        if not first or self.study.get_trials(deepcopy=False):
+            return 0
+        limit = len(first) if trials is None else trials
+        queued: set[str] = set()
+        for config in first:
+            if len(queued) >= limit:
+                break
+            identifier = config_id(config)
+            if identifier in queued or not self.space.is_valid(config):
+                continue
+            self.study.enqueue_trial(_encode(self.space, self.encoding, config), user_attrs={SEEDED: PRIOR})
+            queued.add(identifier)
+        return len(queued)
 
     def loop(self, objective: Objective, trials: int | None, time_budget_s: float | None, show: _Show) -> str:
         """Evaluate until a budget is spent or the space is exhausted; returns why it stopped."""
@@ -380,7 +423,7 @@ class _Session:
             if not isinstance(outcome, TrialOutcome):
                 raise TypeError(f"the objective returned {type(outcome).__name__}, not a TrialOutcome")
         except BaseException as exc:  # a bug or Ctrl-C: the configuration was not judged, so retry it
-            self.study.enqueue_trial(dict(trial.params), user_attrs={REQUEUED_FROM: trial.number})
+            self.study.enqueue_trial(dict(trial.params), user_attrs=_requeued(trial.number, trial.user_attrs))
             detail = f"interrupted: the objective raised {type(exc).__name__}: {exc}"
             self._close(trial, TrialState.FAIL, "interrupted", detail)
             raise
@@ -391,7 +434,14 @@ class _Session:
         else:
             self._close(trial, TrialState.FAIL, "failed", outcome.detail or "failed")
         record = TrialRecord(
-            trial.number, identifier, config, outcome.status, outcome.value_ms, outcome.detail, seconds
+            trial.number,
+            identifier,
+            config,
+            outcome.status,
+            outcome.value_ms,
+            outcome.detail,
+            seconds,
+            seeded=str(trial.user_attrs.get(SEEDED, "")),
         )
         self.seen[identifier] = record
         self.evaluated_now += 1
@@ -465,7 +515,14 @@ def _record(trial: FrozenTrial) -> TrialRecord | None:
         value_ms=value,
         detail=attrs.get(DETAIL, ""),
         seconds=float(attrs.get(SECONDS, 0.0)),
+        seeded=str(attrs.get(SEEDED, "")),
     )
+
+
+def _requeued(number: int, attrs: dict[str, Any]) -> dict[str, Any]:
+    """The user attributes of trial ``number``'s configuration enqueued again: where it came from, and
+    whether it was a seed."""
+    return {REQUEUED_FROM: number, **({SEEDED: attrs[SEEDED]} if SEEDED in attrs else {})}
 
 
 def _result_of(

@@ -12,13 +12,16 @@ naming the problem kind whose CUTLASS configurations are the space::
 ``config``, over the ids of the SM90 configurations of that kind that fit the problem's M, N and K
 (``kopt_cutlass.configs.filter_for_problem``); a configuration is written by ``emit_kernel``.
 
-``search_kernel`` walks the space with an Optuna study (``kopt_core.search.study``). Every trial writes
-the variant under ``out_dir/trials/<config id>/``, checks its static contract, builds it through the
-backend (its build cache may answer), then checks it against the reference and times it in ONE bench
-worker kept for the whole study, with the loop's options (``LOOP_OPTIONS``). A configuration passes only
-when the worker's record is ok, correct and validly timed; its value is the kernel's median in ms.
-Everything else is a failed trial with the reason (a contract problem, the compiler's first error line,
-the check that failed). Nothing is carried from one trial to the next except builds.
+``search_kernel`` walks the space with an Optuna study (``kopt_core.search.study``). A CUTLASS space
+starts a fresh study with a prior: its best-ranked configurations for the problem
+(``kopt_cutlass.configs.seed_order``), ``prior_seed_count`` of them, are evaluated before the sampler
+proposes anything (each trial's ``seeded`` says ``prior``); a resumed study is not seeded again. Every
+trial writes the variant under ``out_dir/trials/<config id>/``, checks its static contract, builds it
+through the backend (its build cache may answer), then checks it against the reference and times it in
+ONE bench worker kept for the whole study, with the loop's options (``LOOP_OPTIONS``). A configuration
+passes only when the worker's record is ok, correct and validly timed; its value is the kernel's median
+in ms. Everything else is a failed trial with the reason (a contract problem, the compiler's first error
+line, the check that failed). Nothing is carried from one trial to the next except builds.
 
 The study is stored in ``sqlite:///<out_dir>/search.db`` unless a storage URL is given, under a name
 made of the space's id and a digest of what the times depend on (the kernel without its tunables'
@@ -82,6 +85,7 @@ BEST_FILE = "best.json"
 BEST_SCHEMA_VERSION = 1
 TOP = 5  # configurations listed in best.json and shown at the end
 DEFAULT_TRIALS = 24
+PRIOR_SEEDS_WITHOUT_TRIAL_BUDGET = 4  # seeds of a search bounded by time (or not at all)
 
 CUTLASS_KEYWORD = "kopt:cutlass_gemm"
 CUTLASS_KEYS = ("a", "b", "c", "acc", "layout")
@@ -153,6 +157,18 @@ class CutlassGemmSpace:
     space: Space
     declaration: str  # the normalised `// kopt:cutlass_gemm ...` line
     configs: tuple[CutlassGemmConfig, ...] = field(converter=as_tuple)
+    problem: tuple[int, int, int] | None = None  # M, N, K: what the prior ranks the configurations for
+
+    def prior(self, count: int) -> tuple[Config, ...]:
+        """The ``count`` configurations to try first (``kopt_cutlass.configs.seed_order`` at the problem:
+        best-ranked, one of each tile shape and kernel schedule before variants of one); none without a
+        problem."""
+        if self.problem is None or count <= 0:
+            return ()
+        from kopt_cutlass.configs import seed_order
+
+        M, N, K = self.problem
+        return tuple({AUTOTUNE_PARAMETER: config.id} for config in seed_order(self.configs, M, N, K)[:count])
 
     @property
     def identity(self) -> str:
@@ -286,7 +302,7 @@ def cutlass_gemm_space(
     line = next(n for n, body in enumerate(text.split("\n"), start=1) if _CUTLASS_LINE.match(body))
     parameter = Parameter(AUTOTUNE_PARAMETER, tuple(config.id for config in fitting), line)
     space = Space(source=source, kind="cu_defines", parameters=(parameter,), text=declaration)
-    return CutlassGemmSpace(space=space, declaration=declaration, configs=fitting)
+    return CutlassGemmSpace(space=space, declaration=declaration, configs=fitting, problem=(M, N, K))
 
 
 def strip_variant(text: str) -> str:
@@ -331,6 +347,22 @@ def search_space(path: str | Path, dims: Mapping[str, Any]) -> SearchSource:
         if exc.hint == SPACE_HINT:  # it declares nothing: say every way to declare, CUTLASS's included
             raise ConfigError(f"{exc.message}: nothing to search", hint=NO_SPACE_HINT) from None
         raise
+
+
+def prior_seed_count(trials: int | None) -> int:
+    """How many of a prior's configurations a fresh study evaluates first: half a trial budget (at least
+    2, at most the budget), so the sampler keeps the other half; ``PRIOR_SEEDS_WITHOUT_TRIAL_BUDGET``
+    when the search has no trial budget (a time budget, or a grid run to its end)."""
+    if trials is None:
+        return PRIOR_SEEDS_WITHOUT_TRIAL_BUDGET
+    return min(trials, max(2, trials // 2))
+
+
+def prior_points(source: SearchSource, count: int) -> tuple[Config, ...]:
+    """The first ``count`` configurations ``source``'s prior would try (a ``prior(count)`` method, as
+    ``CutlassGemmSpace`` has); none for a source without one (declared CUDA, Triton or Python spaces)."""
+    prior = getattr(source, "prior", None)
+    return tuple(prior(count)) if callable(prior) and count > 0 else ()
 
 
 def study_name_for(source: SearchSource, dims: Mapping[str, Any], reference: str | Path, backend: str) -> str:
@@ -431,6 +463,7 @@ def _row(record: TrialRecord, labels: Mapping[str, str], variant: Path) -> dict[
         "trial": record.number,
         "label": labels.get(record.config_id, ""),
         "variant": str(variant),
+        "seeded": record.seeded,
     }
 
 
@@ -619,6 +652,7 @@ def search_kernel(
                 time_budget_s=time_budget_s,
                 seed=seed,
                 progress=progress,
+                first=prior_points(source, prior_seed_count(trials)),
             )
 
     # 3. the record

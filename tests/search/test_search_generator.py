@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import attrs
+import optuna
 import pytest
 
 import kopt_core.generate.search as search_generator
@@ -25,11 +26,16 @@ from kopt_core.run.init import init_run
 from kopt_core.run.layout import iteration_dir
 from kopt_core.run.seed import LOOP_OPTIONS
 from kopt_core.search.space import read_space
+from kopt_core.search.study import PRIOR, TrialOutcome, run_study
 from kopt_core.search.variants import config_id, write_variant
 from kopt_core.steps import search as search_step
 from kopt_core.steps.search import (
+    PRIOR_SEEDS_WITHOUT_TRIAL_BUDGET,
+    CutlassGemmSpace,
     DeclaredSpace,
     parse_cutlass_declaration,
+    prior_points,
+    prior_seed_count,
     search_kernel,
     search_space,
     strip_variant,
@@ -651,3 +657,91 @@ def test_a_cutlass_search_needs_m_n_k_and_one_declaration(tmp_path):
     kernel.write_text(kernel.read_text() + "// kopt:cutlass_gemm a=f16 b=f16 c=f16 acc=f32 layout=nt\n")
     with pytest.raises(ConfigError, match=r"2 `kopt:cutlass_gemm` lines \(lines 1, \d+\); keep one"):
         search_space(kernel, GEMM)
+
+
+# --- the search's prior -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("trials", "seeds"),
+    [(None, PRIOR_SEEDS_WITHOUT_TRIAL_BUDGET), (0, 0), (1, 1), (2, 2), (3, 2), (6, 3), (48, 24)],
+)
+def test_the_prior_takes_half_a_trial_budget(trials, seeds):
+    assert prior_seed_count(trials) == seeds
+
+
+def test_a_cutlass_space_gives_its_diverse_best_ranked_configurations_and_a_declared_space_none(tmp_path):
+    pytest.importorskip("cutlass_library")
+    from kopt_cutlass.configs import seed_order
+
+    source = search_space(_declared_gemm(tmp_path), {"M": 4096, "N": 4096, "K": 4096})
+    assert isinstance(source, CutlassGemmSpace) and source.problem == (4096, 4096, 4096)
+    points = prior_points(source, prior_seed_count(6))
+    assert points == tuple(
+        {"config": config.id} for config in seed_order(source.configs, 4096, 4096, 4096)[:3]
+    )
+    assert prior_points(source, 0) == ()
+    chosen = [source.config_of(point) for point in points]
+    assert len({(config.tile_shape, config.kernel_schedule) for config in chosen}) == 3
+    assert all("KernelTmaWarpSpecialized" in config.kernel_schedule for config in chosen)
+    assert not any(config.tile_scheduler for config in chosen)  # 4 waves of tiles: no stream-K
+    # the study over the CUTLASS space evaluates them first, whatever the sampler would have picked
+    calls: list[str] = []
+
+    def objective(config: dict) -> TrialOutcome:
+        calls.append(config_id(config))
+        return TrialOutcome("ok", 1.0)
+
+    result = run_study(
+        source.space,
+        objective,
+        storage=optuna.storages.InMemoryStorage(),
+        study_name="c",
+        trials=6,
+        first=points,
+        progress=False,
+    )
+    assert calls[:3] == [config_id(point) for point in points]
+    assert [t.seeded for t in result.trials] == [PRIOR] * 3 + [""] * 3
+    # a declared space has no prior
+    assert prior_points(search_space(DATA / "sgemm_tiled.cu", {"M": 64, "N": 64, "K": 64}), 4) == ()
+
+
+def test_search_kernel_evaluates_a_sources_prior_first_and_records_it(pm, tmp_path):
+    (tmp_path / "kernel.py").write_text(SPACE_KERNEL)
+    shutil.copy(KERNELS / "saxpy_ref.py", tmp_path / "ref.py")
+
+    class Prior(DeclaredSpace):
+        """A declared space with a prior that ranks the wrong and the slow configurations first."""
+
+        def prior(self, count):
+            return (WRONG, SLOWER, FASTEST)[:count]
+
+    def search(trials: int) -> tuple:
+        FakeExecutor.made.clear()
+        outcome = search_kernel(
+            pm,
+            tmp_path / "kernel.py",
+            tmp_path / "ref.py",
+            DIMS,
+            out_dir=tmp_path / "out",
+            trials=trials,
+            progress=False,
+            space=Prior(read_space(tmp_path / "kernel.py")),
+            executor=lambda: FakeExecutor(_by_chunk),
+        )
+        (runner,) = FakeExecutor.made
+        return outcome, [Path(r.artifact.path).parent.name for r in runner.requests]
+
+    outcome, benched = search(2)  # prior_seed_count(2) == 2
+
+    assert benched == [config_id(WRONG), config_id(SLOWER)]
+    assert [(t.config, t.seeded) for t in outcome.result.trials] == [(WRONG, "prior"), (SLOWER, "prior")]
+    assert outcome.to_data()["best"]["seeded"] == "prior"
+    document = json.loads((tmp_path / "out" / "trials.json").read_text())
+    assert [t["seeded"] for t in document["trials"]] == ["prior", "prior"]
+
+    outcome, benched = search(3)  # resumed: the third configuration is the sampler's, not a seed
+
+    assert benched == [config_id(FASTEST)]
+    assert [t.seeded for t in outcome.result.trials] == ["prior", "prior", ""]

@@ -27,7 +27,9 @@ from kopt_core.search.study import (
     DETAIL,
     DUPLICATE_OF,
     OWNER,
+    PRIOR,
     REQUEUED_FROM,
+    SEEDED,
     STATUS,
     TrialOutcome,
     load_study_result,
@@ -532,5 +534,165 @@ def test_results_are_written_as_csv_and_json(tmp_path):
         "value_ms": result.trials[0].value_ms,
         "detail": result.trials[0].detail,
         "seconds": result.trials[0].seconds,
+        "seeded": "",
     }
     assert load_study_result(storage, "w").trials == result.trials
+
+
+# --- seeds: a prior's configurations first ---------------------------------------------------------------
+
+SEEDS = [{"X": 4, "Y": 3}, {"X": 3, "Y": 3}, {"X": 4, "Y": 2}]  # the slowest points of small_space
+
+
+def seeded_numbers(storage, name: str) -> list[int]:
+    study = optuna.load_study(study_name=name, storage=storage)
+    return [t.number for t in study.get_trials() if t.user_attrs.get(SEEDED) == PRIOR]
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random", "grid"])
+def test_a_fresh_study_evaluates_the_seeds_first_in_order_and_marks_them(tmp_path, sampler):
+    space = small_space(tmp_path)
+    objective = Recorder(small_time)
+
+    result = run_study(
+        space, objective, storage=memory(), study_name="s", sampler=sampler, first=SEEDS, progress=False
+    )
+
+    assert objective.calls[:3] == [config_id(seed) for seed in SEEDS]
+    assert sorted(objective.calls) == sorted(ids(space.valid_points()))  # then the sampler: each once
+    assert [t.seeded for t in result.trials] == [PRIOR] * 3 + [""] * 6
+    assert result.seeded == 3
+    assert result.best(1)[0].config == {"X": 1, "Y": 1}  # the seeds are only the first trials
+
+
+def test_the_seeds_count_towards_the_trial_budget_and_are_capped_by_it(tmp_path):
+    space = small_space(tmp_path)
+    storage = memory()
+    objective = Recorder(small_time)
+
+    result = run_study(
+        space, objective, storage=storage, study_name="b", trials=2, first=SEEDS, progress=False
+    )
+
+    assert objective.calls == [config_id(seed) for seed in SEEDS[:2]]
+    assert result.stop_reason == "trial budget" and len(result.trials) == 2
+    study = optuna.load_study(study_name="b", storage=storage)
+    assert len(study.trials) == 2  # the third seed was never enqueued: nothing waits in the study
+
+
+def test_a_resumed_study_is_not_seeded_again(tmp_path):
+    space = read_space(SGEMM)
+    url = f"sqlite:///{tmp_path / 'search.db'}"
+    points = list(space.valid_points())
+    seeds, others = points[-3:], points[:3]
+    objective = Recorder(sgemm_time)
+
+    first = run_study(space, objective, storage=url, study_name="r", trials=4, first=seeds, progress=False)
+    again = run_study(space, objective, storage=url, study_name="r", trials=8, first=others, progress=False)
+
+    assert objective.calls[:3] == [config_id(seed) for seed in seeds]
+    assert (first.evaluated_now, again.evaluated_now) == (4, 4)
+    assert len(objective.calls) == len(set(objective.calls)) == 8  # none lost, none twice
+    assert seeded_numbers(url, "r") == [0, 1, 2]  # the second call's points were not enqueued
+    assert {t.config_id for t in again.trials if t.seeded} == ids(seeds)
+
+
+def test_seeds_left_by_an_interrupted_study_are_evaluated_on_resume_and_not_seeded_twice(tmp_path):
+    space = small_space(tmp_path)
+    storage = memory()
+    calls: list[str] = []
+
+    def interrupted(config: dict) -> TrialOutcome:
+        calls.append(config_id(config))
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_study(space, interrupted, storage=storage, study_name="i", first=SEEDS, progress=False)
+    assert calls == [config_id(SEEDS[0])]
+    objective = Recorder(small_time)
+
+    result = run_study(
+        space, objective, storage=storage, study_name="i", first=[{"X": 1, "Y": 1}], progress=False
+    )
+
+    # the two seeds still waiting, then the interrupted one, requeued and still a seed
+    assert objective.calls[:3] == [config_id(SEEDS[1]), config_id(SEEDS[2]), config_id(SEEDS[0])]
+    assert sorted(objective.calls) == sorted(ids(space.valid_points()))
+    assert result.interrupted == 1
+    assert {t.config_id for t in result.trials if t.seeded == PRIOR} == ids(SEEDS)
+    study = optuna.load_study(study_name="i", storage=storage)
+    (retried,) = [t for t in result.trials if t.config_id == config_id(SEEDS[0])]
+    assert study.trials[retried.number].user_attrs[REQUEUED_FROM] == 0
+    assert (retried.number, result.seeded) == (3, 3)
+
+
+def test_a_seed_whose_process_died_is_requeued_as_a_seed(tmp_path):
+    """kill -9 in the first seed's evaluation: its trial is RUNNING with a dead owner."""
+    space = small_space(tmp_path)
+    storage = memory()
+    run_study(space, Recorder(small_time), storage=storage, study_name="k", trials=0, progress=False)
+    study = optuna.load_study(study_name="k", storage=storage)
+    for seed in SEEDS:  # as run_study's seeding leaves them
+        study.enqueue_trial(seed, user_attrs={SEEDED: PRIOR})
+    distributions: dict[str, optuna.distributions.BaseDistribution] = {
+        p.name: optuna.distributions.CategoricalDistribution(p.values) for p in space.parameters
+    }
+    trial = study.ask(distributions)
+    trial.set_user_attr(OWNER, f"{socket.gethostname()}/{dead_pid()}/1")
+    trial.set_user_attr(CONFIG_ID, config_id(SEEDS[0]))
+    trial.set_user_attr(CONFIG, SEEDS[0])
+    objective = Recorder(small_time)
+
+    result = run_study(
+        space, objective, storage=storage, study_name="k", first=[{"X": 1, "Y": 1}], progress=False
+    )
+
+    assert objective.calls[:3] == [config_id(SEEDS[1]), config_id(SEEDS[2]), config_id(SEEDS[0])]
+    assert sorted(objective.calls) == sorted(ids(space.valid_points()))
+    assert {t.config_id for t in result.trials if t.seeded == PRIOR} == ids(SEEDS)
+
+
+def test_seeds_are_checked_against_the_space_and_invalid_or_repeated_ones_skipped(tmp_path):
+    space = small_space(tmp_path)  # constraint X + Y != 5
+    storage = memory()
+    objective = Recorder(small_time)
+
+    result = run_study(
+        space,
+        objective,
+        storage=storage,
+        study_name="v",
+        trials=3,
+        first=[{"X": 2, "Y": 3}, {"Y": 2, "X": 2}, {"X": 2, "Y": 2}, {"X": 3, "Y": 3}],
+        progress=False,
+    )
+
+    # X=2, Y=3 breaks the constraint and {"Y": 2, "X": 2} is X=2, Y=2 again: two seeds, both evaluated
+    assert objective.calls[:2] == [config_id({"X": 2, "Y": 2}), config_id({"X": 3, "Y": 3})]
+    assert result.seeded == 2 and len(result.trials) == 3
+    assert seeded_numbers(storage, "v") == [0, 1]
+    for bad, message in [({"X": 5, "Y": 1}, "X=5 is not one of its values"), ({"X": 1}, "missing")]:
+        with pytest.raises(ConfigError, match=message):
+            run_study(space, objective, storage=memory(), study_name="w", first=[bad], progress=False)
+
+
+def test_trials_files_say_which_trials_were_seeded(tmp_path):
+    space = small_space(tmp_path)
+    result = run_study(
+        space,
+        Recorder(small_time),
+        storage=memory(),
+        study_name="f",
+        trials=4,
+        first=SEEDS[:2],
+        progress=False,
+    )
+
+    csv_path, json_path = write_results(result, tmp_path / "out")
+
+    document = json.loads(json_path.read_text())
+    assert document["seeded"] == 2
+    assert [t["seeded"] for t in document["trials"]] == ["prior", "prior", "", ""]
+    rows = csv_path.read_text().splitlines()
+    assert rows[0].endswith(",config,seeded")
+    assert [row.rsplit(",", 1)[1] for row in rows[1:]] == ["prior", "prior", "", ""]
