@@ -57,6 +57,13 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/knowledge/test_derived_evidence.py",
         "tests/knowledge/test_select_h200.py",
         "tests/knowledge/test_select_mutants.py",
+        "tests/knowledge/test_headroom.py",
+    ),
+    # the headroom that ranks the scan's picks and the budget re-weighed by the floor
+    "kopt_core/knowledge/headroom.py": (
+        "tests/knowledge/test_headroom.py",
+        "tests/knowledge/test_select_edges.py",
+        "tests/knowledge/test_select.py",
     ),
     "kopt_core/knowledge/evidence.py": (
         "tests/knowledge/test_derived_evidence.py",

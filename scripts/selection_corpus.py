@@ -3,6 +3,7 @@
 
     python scripts/selection_corpus.py profile [--archive OUT.tar.gz]      # on the H200: the evidence
     python scripts/selection_corpus.py score [--markdown FILE] [--json FILE]  # anywhere: hit and waste
+    python scripts/selection_corpus.py refresh    # the kept raw CSVs analysed again by this kopt
 
 Each case folder holds a deliberately flawed kernel (kernel.cu or kernel.py), its ref.py and case.json:
 the backend, dims, kind of work, dtype, the one main flaw, and the expert labels written before any
@@ -416,7 +417,39 @@ def reimport(case: dict, folder: Path, scratch: Path) -> Path:
         shutil.copyfileobj(source, target)
     out = scratch / "reimported"
     profile_standalone(None, case["ref"], case["dims"], import_path=raw, out_dir=out)
+    # An imported report knows nothing of the run that made it: the buffers, the default workload model
+    # and the SASS listing come from the profile.json kept beside it.
+    kept = json.loads((folder / "profile.json").read_text())
+    again = json.loads((out / "profile.json").read_text())
+    for key in ("buffers", "workload", "sass"):
+        again[key] = kept.get(key)
+    (out / "profile.json").write_text(json.dumps(again, indent=2) + "\n")
+    if (folder / SASS_NAME).is_file():
+        shutil.copy(folder / SASS_NAME, out / SASS_NAME)
     return out
+
+
+def refresh_corpus(corpus: Path = CORPUS, only: list[str] | None = None) -> int:
+    """Analyse every kept raw CSV again with this kopt and write the evidence kopt select reads
+    (roofline.json, ncu_top.json, profile.json) back beside it; returns the folders refreshed."""
+    count = 0
+    for case in load_cases(corpus, only):
+        for bundle, folder in evidence_folders(case).items():
+            if not (folder / RAW_NAME).is_file():
+                continue
+            with tempfile.TemporaryDirectory(prefix="kopt-selection-refresh-") as scratch:
+                kept = json.loads((folder / "ncu_top.json").read_text())
+                fresh = reimport(case, folder, Path(scratch))
+                for name in EVIDENCE_FILES:
+                    shutil.copy(fresh / name, folder / name)
+                # the bundle ncu ran with, not "imported": the analysis is new, the measurement is not
+                again = json.loads((folder / "ncu_top.json").read_text())
+                again["bundle"] = kept["bundle"]
+                again["bundle_reason"] = kept["bundle_reason"]
+                (folder / "ncu_top.json").write_text(json.dumps(again, indent=2) + "\n")
+            count += 1
+            print(f"{case['name']} [{bundle}]: refreshed", flush=True)
+    return count
 
 
 def score_case(case: dict, bundle: str, folder: Path, *, arch: str = ARCH, again: bool = False) -> dict:
@@ -538,7 +571,10 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     profile = commands.add_parser("profile", help="profile every case on this GPU and keep the evidence")
     score = commands.add_parser("score", help="score kopt's selection on the kept evidence")
-    for sub in (profile, score):
+    refresh = commands.add_parser(
+        "refresh", help="analyse the kept raw CSVs again with this kopt and write the evidence back"
+    )
+    for sub in (profile, score, refresh):
         sub.add_argument("--corpus", default=str(CORPUS), help="the corpus folder (default: %(default)s)")
         sub.add_argument(
             "--cases",
@@ -566,6 +602,10 @@ def main(argv: list[str] | None = None) -> int:
             if bundle not in BUNDLES:
                 parser.error(f"--bundles: {bundle!r} is not one of {', '.join(BUNDLES)}")
         return profile_corpus(args)
+    if args.command == "refresh":
+        count = refresh_corpus(Path(args.corpus), args.cases)
+        print(f"{count} evidence folders refreshed")
+        return 0
     return score_command(args)
 
 

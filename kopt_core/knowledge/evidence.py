@@ -33,6 +33,8 @@ DERIVED_EVIDENCE = {
     "split it (one launch per row, per tile), unknown without DRAM bytes or a workload model",
     "mean_launch_ms": "the mean duration of the profiled solve's launches (profile.json kernels): a solve "
     "of many short launches pays launch latency on each, which the summed duration_ms hides",
+    "floor_gap": "1 - floor_share: the share of the kernel's time above its floor (the workload roofline's, "
+    "else the default workload model's memory floor); unknown without a floor",
     "narrow_matmul_without_mma": "1 when GEMM-like work (work_kind) has a float16, bfloat16, float8 or "
     "int8 input and its SASS has no MMA instruction (HMMA, IMMA, HGMMA...), else 0",
 }
@@ -132,8 +134,13 @@ def derived_evidence(roofline: Roofline, values: dict, facts: KernelFacts | None
         "repeated_launches": _as_float(repeats),
         "redundant_launches": _redundant(repeats, excess),
         "mean_launch_ms": _mean_launch_ms(facts.kernels),
+        "floor_gap": _floor_gap(floor_share(roofline, facts)),
         "narrow_matmul_without_mma": _narrow_matmul_without_mma(facts, work_kind(facts)[0]),
     }
+
+
+def _floor_gap(share: float | None) -> float | None:
+    return None if share is None else max(0.0, 1.0 - share)
 
 
 def _redundant(repeats: int | None, excess: float | None) -> float | None:

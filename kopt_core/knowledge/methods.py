@@ -128,6 +128,29 @@ class Relations:
 
 
 @frozen
+class HeadroomTerm:
+    """One reading of an evidence key that sizes what a method can unlock (knowledge.headroom)."""
+
+    metric: str
+    as_: str  # share | complement | inverse | idle | flag | launch
+    of: float | None = None  # the ideal for share and complement (None: 100, a percentage)
+    scale: float = 1.0  # the part of the reading the method can remove
+
+    def describe(self, value: float) -> str:
+        of = (1.0 if self.as_ in ("inverse", "launch") else 100.0) if self.of is None else self.of
+        scaled = "" if self.scale == 1.0 else f" x {self.scale:g}"
+        reading = {
+            "share": f"{self.metric} {value:.4g} / {of:g}",
+            "complement": f"1 - {self.metric} {value:.4g} / {of:g}",
+            "inverse": f"1 - {of:g} / {self.metric} {value:.4g}",
+            "idle": f"1 - {self.metric} {value:.4g}",
+            "flag": f"{self.metric} = {value:.4g}",
+            "launch": f"launch latency (~4 us) in a {self.metric} of {value / of:.4g} ms",
+        }[self.as_]
+        return reading + scaled
+
+
+@frozen
 class Method:
     id: str
     axis: str
@@ -142,6 +165,7 @@ class Method:
     sass_signature: str
     summary: str
     lowers_floor: bool = False  # changes the work or the peak the roofline floor is computed from
+    headroom: tuple[HeadroomTerm, ...] = field(default=(), converter=as_tuple)
 
 
 def _index(registry: MethodRegistry) -> dict[str, Method]:
@@ -239,6 +263,12 @@ def _check_consistency(document: dict, where: str) -> None:
                             f"{where}: {path}.trigger.{at}.metric: unknown metric key "
                             f"{condition['metric']!r} (not in the metric registry nor DERIVED_EVIDENCE)"
                         )
+        for position, term in enumerate(entry.get("headroom", ())):
+            if term["metric"] not in metric_keys:
+                raise ConfigError(
+                    f"{where}: {path}.headroom[{position}].metric: unknown metric key "
+                    f"{term['metric']!r} (not in the metric registry nor DERIVED_EVIDENCE)"
+                )
         for position, skip in enumerate(entry["skip_if"]):
             if skip["kind"] == "metric" and skip["metric"] not in metric_keys:
                 raise ConfigError(
@@ -321,6 +351,10 @@ def _build(document: dict, where: str) -> MethodRegistry:
                 numerics=entry["numerics"],
                 sass_signature=entry["sass_signature"],
                 lowers_floor=entry.get("lowers_floor", False),
+                headroom=[
+                    HeadroomTerm(metric=t["metric"], as_=t["as"], of=t.get("of"), scale=t.get("scale", 1.0))
+                    for t in entry.get("headroom", ())
+                ],
                 summary=entry["summary"],
             )
         )

@@ -1,13 +1,16 @@
 """The budget-aware priority scan that picks an iteration's methods, deterministic.
 
-For each axis with budget, methods are scanned by priority (those after the budget fills are recorded as
-not reached); a method is skipped when it was selected before, its backend or the architecture lacks
-what it needs, the numerics mode forbids it, the kernel already runs within 10% of its roofline floor
-and the method cannot lower that floor, it proved ineffective under the same bound, it failed to
-implement and nobody acknowledged that, a skip condition holds, its trigger does not fire on the
-evidence, it conflicts with a method chosen this round, or its same-budget group already holds a slot
-this round. A budget left unfilled says why; no filler is ever added. Every decision is recorded with
-its reason.
+For each axis with budget, every method is put through the gates below; those that pass are ranked by the
+headroom the evidence says they can unlock (``knowledge.headroom``: the largest known reading of the
+method's headroom terms; priority breaks ties and orders methods without a headroom figure after those
+with one), and the budget goes down that ranking (those it does not reach are recorded as not reached,
+with the headroom of the picks above them). A method is skipped when it was selected before, its backend
+or the architecture lacks what it needs, the numerics mode forbids it, the kernel already runs within 10%
+of its roofline floor and the method cannot lower that floor, it proved ineffective under the same bound,
+it failed to implement and nobody acknowledged that, a skip condition holds, its trigger does not fire on
+the evidence, it conflicts with a method chosen this round, or its same-budget group already holds a slot
+this round. A budget left unfilled says why; no filler is ever added. Every decision is recorded with its
+reason.
 
 An agent may choose the methods itself (``validate_choice``): the scan still runs, for the budget and for
 its own picks to stand beside the choice, and the choice must pass the hard constraints (the gates marked
@@ -26,6 +29,7 @@ import attrs
 from attrs import field, frozen
 
 from kopt_core.errors import ConfigError
+from kopt_core.knowledge.headroom import headroom, rank_key
 from kopt_core.knowledge.methods import AllOf, Condition, Method, MethodRegistry
 from kopt_core.records.converter import MIGRATIONS
 from kopt_core.records.fields import as_tuple
@@ -57,7 +61,9 @@ TAGS = (
     "cooperative_grid_sync",
     "multi_kernel",
     "read_only_loads",
+    "reduction_like",
     "shared_memory_staging",
+    "streaming",
     "tensor_core_mma",
     "tma",
     "transcendentals",
@@ -73,6 +79,8 @@ class Picked:
     priority: int
     numerics: str
     evidence: str  # the trigger's conditions with the measured values
+    headroom: float | None = None  # the share of the kernel's time the evidence says it can unlock
+    headroom_why: str = ""  # which reading gave it
 
 
 @frozen
@@ -106,6 +114,7 @@ class Selection:
     scan_selected: tuple[Picked, ...] = field(default=(), converter=as_tuple)
     work_kind: str = "unknown"  # what kind of work the evidence says the kernel does, and why
     work_kind_why: str = ""
+    budget_why: str = ""  # why the budget differs from roofline.json's (knowledge.headroom.rebudget)
     schema_version: int = SELECTION_SCHEMA_VERSION
 
     @property
@@ -142,6 +151,8 @@ def kernel_tags(
         tags["multi_kernel"] = kernels > 1
     if work_kind != "unknown":
         tags["gemm_like"] = work_kind == "gemm_like"
+        tags["reduction_like"] = work_kind == "reduction"
+        tags["streaming"] = work_kind == "streaming"
     return tags
 
 
@@ -161,6 +172,7 @@ class ProfileEvidence:
     work_kind: str = "unknown"  # gemm_like | reduction | streaming | unknown (knowledge.evidence)
     work_kind_why: str = ""
     bundle: str = ""  # the ncu bundle the values came from (full | light | imported)
+    budget_why: str = ""  # why ``budget`` differs from roofline.json's, empty when it does not
 
 
 def _dict_or_empty(value: dict | None) -> dict:
@@ -235,12 +247,24 @@ def total_slots(budget: dict) -> int:
 
 def _picked(method: Method, values: dict) -> Picked:
     met = method.trigger.met(values)
+    room, room_why = headroom(method, values)
     return Picked(
         id=method.id,
         axis=method.axis,
         priority=method.priority,
         numerics=method.numerics,
         evidence="; ".join(_condition_text(c, values) for c in met),
+        headroom=room,
+        headroom_why=room_why,
+    )
+
+
+def _not_reached(axis: str, slots: int, picks: Sequence[Picked], method: Method, values: dict) -> str:
+    _, room_why = headroom(method, values)
+    above = ", ".join(f"{p.id} ({'unknown' if p.headroom is None else f'{p.headroom:.2f}'})" for p in picks)
+    return (
+        f"not reached: the {axis} budget ({slots}) went to methods ranked above it by headroom "
+        f"({above}); {method.id}: {room_why}"
     )
 
 
@@ -255,20 +279,32 @@ def select_methods(registry: MethodRegistry, context: SelectionContext) -> Selec
         slots = axis_slots(evidence.budget, axis)
         if slots <= 0:
             continue
-        taken = 0
-        for method in registry.by_axis(axis):
-            reason: str | None
-            if taken >= slots:
-                reason = f"not reached: higher priorities filled the {axis} budget ({slots})"
-            else:
-                reason = _refusal(method, registry, context) or _clash(method, chosen, groups_used)
-            if reason:
-                skipped.append(Skipped(id=method.id, axis=axis, reason=reason))
+        methods = registry.by_axis(axis)
+        refused = {method.id: _refusal(method, registry, context) for method in methods}
+        ranked = sorted(
+            (method for method in methods if not refused[method.id]),
+            key=lambda method: rank_key(method, evidence.values),
+        )
+        decided: dict[str, str] = {}
+        picks: list[Picked] = []
+        for method in ranked:
+            if len(picks) >= slots:
+                decided[method.id] = _not_reached(axis, slots, picks, method, evidence.values)
                 continue
-            chosen.append(_picked(method, evidence.values))
+            clash = _clash(method, chosen, groups_used)
+            if clash:
+                decided[method.id] = clash
+                continue
+            pick = _picked(method, evidence.values)
+            picks.append(pick)
+            chosen.append(pick)
             if method.relations.same_budget:
                 groups_used[method.relations.same_budget] = method.id
-            taken += 1
+        for method in methods:  # the skipped in priority order, each with its reason
+            reason = refused[method.id] or decided.get(method.id)
+            if reason:
+                skipped.append(Skipped(id=method.id, axis=axis, reason=reason))
+        taken = len(picks)
         if taken < slots:
             underfilled[axis] = _underfilled(slots - taken, slots, evidence.floor_share)
     return Selection(
@@ -286,6 +322,7 @@ def select_methods(registry: MethodRegistry, context: SelectionContext) -> Selec
         scan_selected=chosen,
         work_kind=evidence.work_kind,
         work_kind_why=evidence.work_kind_why,
+        budget_why=evidence.budget_why,
     )
 
 

@@ -89,6 +89,9 @@ class MetricSpec:
     missing: str  # always "unknown"
     description: str
     derive: Derive | None = None
+    # "no_events": an average over events (branches, global loads or stores) that ncu reports as exactly 0
+    # when the kernel had none of them; 0 then means unknown, never "0% efficient"
+    zero: str | None = None
 
 
 @frozen
@@ -193,6 +196,7 @@ def _build(document: dict, where: str) -> MetricRegistry:
                 sets=entry["sets"],
                 missing=entry["missing"],
                 description=entry["description"],
+                zero=entry.get("zero"),
                 derive=None
                 if derive is None
                 else Derive(
@@ -250,6 +254,15 @@ def resolve_metric(
     registry: MetricRegistry, spec: MetricSpec, metrics: Mapping[str, MetricValue]
 ) -> Resolved:
     """One registry key in a profile's metrics (rules: module docstring)."""
+    resolved = _resolve_metric(registry, spec, metrics)
+    if spec.zero == "no_events" and resolved.value == 0.0:
+        return Resolved(spec.key, None, spec.unit, None, "unknown")  # an average over no events
+    return resolved
+
+
+def _resolve_metric(
+    registry: MetricRegistry, spec: MetricSpec, metrics: Mapping[str, MetricValue]
+) -> Resolved:
     derive = spec.derive
     for name in spec.ncu_names:
         metric = metrics.get(name)
@@ -281,6 +294,13 @@ def resolve_metric(
         if terms and len(known) == len(terms):
             return Resolved(spec.key, math.fsum(known), spec.unit, " + ".join(derive.terms), "derived")
     return Resolved(spec.key, None, spec.unit, None, "unknown")
+
+
+def without_eventless_zeros(registry: MetricRegistry, values: Mapping[str, float | None]) -> dict:
+    """``values`` (registry key -> value) with each ``zero: no_events`` metric that reads exactly 0 made
+    unknown: evidence written before that rule (an older ncu_top.json) reads as a new analysis would."""
+    eventless = {spec.key for spec in registry.metrics if spec.zero == "no_events"}
+    return {key: (None if key in eventless and value == 0.0 else value) for key, value in values.items()}
 
 
 def resolve(registry: MetricRegistry, profile: KernelProfile) -> dict[str, Resolved]:

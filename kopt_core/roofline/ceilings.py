@@ -37,8 +37,11 @@ DEFAULT_CEILINGS = Ceilings(
         "float16": 769e12,
         "tf32": 414e12,
         "float32": 50.9e12,
+        # torch._int_mm (cuBLASLt) at 8192^3, the best of 5 runs on the H200, 2026-12-01: what a library
+        # reaches, far below the datasheet's dense int8 rate; a kernel above it reads below_floor
+        "int8": 127e12,
     },
-    source="MEASUREMENT.md (H200, 2026-11-29)",
+    source="MEASUREMENT.md (H200, 2026-11-29; int8 2026-12-01)",
     l2_cache_bytes=H200_L2_BYTES,
     details={
         "bandwidth": "PyTorch device-to-device copy, bytes read + written",

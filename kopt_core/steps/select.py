@@ -14,6 +14,7 @@ from kopt_core.errors import ConfigError
 from kopt_core.hardware import parse_arch
 from kopt_core.jsonio import write_json, write_text_atomic
 from kopt_core.knowledge.evidence import KernelFacts, derived_evidence, floor_share, work_kind
+from kopt_core.knowledge.headroom import rebudget
 from kopt_core.knowledge.methods import load_methods
 from kopt_core.knowledge.select import (
     Choice,
@@ -25,6 +26,7 @@ from kopt_core.knowledge.select import (
     select_methods,
     validate_choice,
 )
+from kopt_core.ncu.metrics import load_registry, without_eventless_zeros
 from kopt_core.records import to_data
 from kopt_core.records.converter import read_document
 from kopt_core.refdata import packaged_text
@@ -118,11 +120,15 @@ def select_from_evidence(
     ``SelectionContext``."""
     facts = facts or KernelFacts()
     kind, kind_why = work_kind(facts)
+    share = floor_share(roofline, facts)
+    budget, budget_why = rebudget(roofline, share)
+    measured = without_eventless_zeros(load_registry(), ncu_top.values)
     evidence = ProfileEvidence(
-        budget=dict(roofline.axis_budget),
+        budget=budget,
+        budget_why=budget_why,
         bound=roofline.bound,
-        values={**ncu_top.values, **derived_evidence(roofline, ncu_top.values, facts)},
-        floor_share=floor_share(roofline, facts),
+        values={**measured, **derived_evidence(roofline, measured, facts)},
+        floor_share=share,
         tags=kernel_tags(facts.mnemonics, kernels=ncu_top.kernels, work_kind=kind),
         work_kind=kind,
         work_kind_why=kind_why,
@@ -209,15 +215,20 @@ def render_analysis(
         chosen_by=_lines(who_chose(selection)),
         selected=_lines(
             [
-                f"`{p.id}` ({p.axis}, priority {p.priority}, {p.numerics}): {p.evidence}; card "
-                f"`{p.id}` in references/optimization_catalog.md"
+                f"`{p.id}` ({p.axis}, priority {p.priority}, {p.numerics}): {p.evidence}; "
+                f"{p.headroom_why or 'headroom not recorded'}; card `{p.id}` in "
+                "references/optimization_catalog.md"
                 for p in selection.selected
             ]
         ),
         skipped=_lines([f"`{s.id}` ({s.axis}): {s.reason}" for s in selection.skipped]),
         underfilled=_lines([f"{axis}: {why}" for axis, why in selection.underfilled.items()]),
         notes=_lines(
-            [f"kind of work: {selection.work_kind} ({selection.work_kind_why or 'not read'})", *notes]
+            [
+                f"kind of work: {selection.work_kind} ({selection.work_kind_why or 'not read'})",
+                *([f"axis budget: {selection.budget_why}"] if selection.budget_why else []),
+                *notes,
+            ]
         ),
     )
 

@@ -91,6 +91,13 @@ def test_floor_share_uses_the_roofline_else_the_default_floor():
     assert floor_share(heuristic, KernelFacts(workload=reference)) is None
     dropped = WorkloadUsed(source="buffers", bytes_min=1.0, floor_ms=None)
     assert floor_share(heuristic, KernelFacts(workload=dropped)) is None
+    # floor_gap: the share of the time above the floor, for triggers and headroom
+    assert derived_evidence(heuristic, {}, KernelFacts(workload=default))["floor_gap"] == pytest.approx(
+        1 - 0.098 / 0.196
+    )
+    assert derived_evidence(heuristic, {}, KernelFacts(workload=dropped))["floor_gap"] is None
+    below = WorkloadUsed(source="buffers", bytes_min=1.0, floor_ms=0.3)  # 0.3 ms floor, 0.196 ms kernel
+    assert derived_evidence(heuristic, {}, KernelFacts(workload=below))["floor_gap"] == 0.0
 
 
 # ------------------------------------------------------------------------------ the kind of work

@@ -142,15 +142,23 @@ def test_trigger_unknown_metric_is_inconclusive(registry):
 
 def test_a_condition_group_holds_only_when_all_of_it_holds(registry):
     trigger = registry.get("memory.smem_tiling").trigger
-    saturated_hits = {"l1tex_throughput_pct": 99.0, "l1_hit_rate_pct": 88.0}
+    saturated_hits = {
+        "l1tex_throughput_pct": 99.0,
+        "l1_hit_rate_pct": 88.0,
+        "global_load_sectors_per_request": 4.0,
+    }
     assert trigger.holds(saturated_hits)
     assert not trigger.holds({**saturated_hits, "l1_hit_rate_pct": 5.0})  # a busy L1 that misses: streaming
+    # 16 sectors a request: the hits are a thread's partial sectors read again, not reuse across threads
+    assert not trigger.holds({**saturated_hits, "global_load_sectors_per_request": 16.0})
     assert not trigger.holds({"l1tex_throughput_pct": 99.0})  # the hit rate unknown: never assumed
     assert set(trigger.metrics()) == {
         "l1tex_throughput_pct",
         "l1_hit_rate_pct",
         "l2_throughput_pct",
         "l2_hit_rate_pct",
+        "lsu_pipe_utilization_pct",
+        "global_load_sectors_per_request",
     }
 
 

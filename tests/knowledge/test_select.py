@@ -101,12 +101,26 @@ def test_near_the_roofline_floor_only_floor_lowering_methods_are_tried(registry)
     single = pick(registry, values=values, budget=budget, floor_share=0.98, kernels=1, dtypes=("float32",))
     assert single.ids == () and "solve launches one kernel" in reasons(single, "memory.kernel_fusion")[0]
     far = pick(registry, values=values, budget=budget, floor_share=0.5, kernels=1, dtypes=("float32",))
-    assert "compute.persistent_kernel" in far.ids  # half the floor: the same evidence counts again
+    # half the floor: the same evidence counts again, and the methods compete on their headroom
+    assert set(far.ids) == {
+        "compute.warp_shuffle_reduction",  # barrier stalls 18% -> 0.18
+        "compute.warp_specialization",  # long-scoreboard 44% x 0.3 -> 0.13
+        "memory.cp_async",  # long-scoreboard 44% x 0.5 -> 0.22
+        "latency.multistage_pipeline",  # long-scoreboard 44% x 0.6 -> 0.26
+    }
+    (persistent,) = reasons(far, "compute.persistent_kernel")
+    assert persistent.startswith("not reached: the compute budget (2) went to methods ranked above it")
+    assert "roofline floor" not in persistent
 
 
 def test_one_member_of_a_same_budget_group_per_round(registry):
     # evidence that triggers both MMA paths (tensor pipe idle, FMA pipe busy): only one takes a slot
-    values = {"tensor_pipe_utilization_pct": 5.0, "sm_throughput_pct": 60.0, "fma_pipe_utilization_pct": 60.0}
+    values = {
+        "tensor_pipe_utilization_pct": 5.0,
+        "sm_throughput_pct": 60.0,
+        "fma_pipe_utilization_pct": 60.0,
+        "narrow_matmul_without_mma": 1.0,  # fp16 operands, no MMA: both paths rank first (headroom 0.9)
+    }
     selection = pick(
         registry, values=values, dtypes=("float16",), budget={"compute": 2, "memory": 0, "latency": 0}
     )

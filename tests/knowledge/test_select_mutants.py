@@ -30,6 +30,8 @@ from kopt_core.knowledge.select import (
 
 ARCHS = {"sm_80": frozenset({"cp_async"}), "sm_90a": frozenset({"cp_async", "tma", "wgmma"})}
 
+NO_TERMS = "no headroom terms in the registry"  # the words for a method without headroom terms
+
 
 def metric(name, op, value, why=""):
     return Condition(kind="metric", metric=name, op=op, value=value, why=why)
@@ -124,7 +126,9 @@ def test_kernel_tags_exactly():
         "cooperative_grid_sync": None,
         "multi_kernel": None,
         "read_only_loads": True,
+        "reduction_like": None,
         "shared_memory_staging": True,
+        "streaming": None,
         "tensor_core_mma": True,
         "tma": True,
         "transcendentals": False,
@@ -137,6 +141,18 @@ def test_kernel_tags_exactly():
     assert kernel_tags(None, work_kind="gemm_like")["gemm_like"] is True
     assert kernel_tags(None, work_kind="reduction")["gemm_like"] is False
     assert kernel_tags(None, work_kind="unknown")["gemm_like"] is None
+    reduction = kernel_tags(None, work_kind="reduction")
+    assert (reduction["reduction_like"], reduction["streaming"]) == (True, False)
+    streaming = kernel_tags(None, work_kind="streaming")
+    assert (streaming["reduction_like"], streaming["streaming"], streaming["gemm_like"]) == (
+        False,
+        True,
+        False,
+    )
+    gemm = kernel_tags(None, work_kind="gemm_like")
+    assert (gemm["reduction_like"], gemm["streaming"]) == (False, False)
+    unknown = kernel_tags(None, work_kind="unknown")
+    assert (unknown["reduction_like"], unknown["streaming"]) == (None, None)
 
 
 def test_slots_are_the_budget_capped_per_axis():
@@ -160,13 +176,16 @@ def test_the_scan_fills_each_axis_in_priority_order_and_records_the_rest():
     )
     selection = select_methods(reg, context(budget={"compute": 0, "memory": 2, "latency": 1}, iteration=4))
     assert selection.selected == (
-        Picked(id="memory.a", axis="memory", priority=1, numerics="bitwise_preserving", evidence=""),
-        Picked(id="memory.b", axis="memory", priority=2, numerics="bitwise_preserving", evidence=""),
+        Picked("memory.a", "memory", 1, "bitwise_preserving", "", None, NO_TERMS),
+        Picked("memory.b", "memory", 2, "bitwise_preserving", "", None, NO_TERMS),
     )
     assert selection.scan_selected == selection.selected
     assert selection.skipped == (
         Skipped(
-            id="memory.c", axis="memory", reason="not reached: higher priorities filled the memory budget (2)"
+            id="memory.c",
+            axis="memory",
+            reason="not reached: the memory budget (2) went to methods ranked above it by headroom "
+            f"(memory.a (unknown), memory.b (unknown)); memory.c: {NO_TERMS}",
         ),
     )
     assert selection.underfilled == {"latency": f"1 of 1 slot(s) left: {NO_FILLER}"}
@@ -301,9 +320,9 @@ def test_numerics_modes_exactly():
     budget = {"memory": 2}
     strict = select_methods(reg, context(budget=budget, numerics_mode="strict"))
     assert strict.ids == ("memory.b", "memory.p")
-    assert skipped(strict) == {
-        "memory.a": "not reached: higher priorities filled the memory budget (2)",
-        "memory.o": "not reached: higher priorities filled the memory budget (2)",
+    assert skipped(strict) == {  # every method is gated, not only those the budget reaches
+        "memory.a": "approximate numerics: needs --numerics-mode approximate (mode is strict)",
+        "memory.o": "strict numerics admit only bitwise-preserving or preconditioned methods",
     }
     lone = registry(
         method("memory.o", numerics="reassociating"), method("memory.a", priority=2, numerics="approximate")
@@ -456,8 +475,9 @@ def test_an_accepted_choice_exactly():
             priority=1,
             numerics="bitwise_preserving",
             evidence="not triggered by the evidence: waves < 1 (measured 4)",
+            headroom_why=NO_TERMS,
         ),
-        Picked(id="memory.u", axis="memory", priority=2, numerics="bitwise_preserving", evidence=""),
+        Picked("memory.u", "memory", 2, "bitwise_preserving", "", None, NO_TERMS),
     )
     assert chosen.scan_ids == ("memory.u",)
     assert chosen.skipped == (
@@ -571,7 +591,10 @@ def test_a_conflict_with_two_chosen_names_both():
         method("memory.c", priority=3, relations=Relations(conflicts=("memory.a", "memory.b"))),
     )
     selection = select_methods(reg, context(budget={"memory": 2}))
-    assert skipped(selection)["memory.c"] == "not reached: higher priorities filled the memory budget (2)"
+    assert skipped(selection)["memory.c"] == (
+        "not reached: the memory budget (2) went to methods ranked above it by headroom "
+        f"(memory.a (unknown), memory.b (unknown)); memory.c: {NO_TERMS}"
+    )
     with pytest.raises(ChoiceRejected) as refused:
         validate_choice(
             reg,

@@ -18,6 +18,7 @@ from kopt_core.ncu.metrics import (
     resolve,
     resolve_metric,
     values,
+    without_eventless_zeros,
 )
 from kopt_core.ncu.parse import parse_raw_csv
 from kopt_core.records.profile import KernelProfile, MetricValue
@@ -208,6 +209,32 @@ def test_a_key_without_ncu_names_is_derived(registry, full):
     resolved = resolve(registry, full.kernels[0])["wave_duration_us"]
     # the naive SGEMM fixture: 3.140224 ms over 15.52 waves
     assert resolved.status == "derived" and resolved.value == pytest.approx(3140.224 / 15.52)
+
+
+def test_an_average_over_no_events_reads_unknown_not_zero(registry):
+    assert {spec.key for spec in registry.metrics if spec.zero == "no_events"} == {
+        "branch_efficiency_pct",
+        "global_load_efficiency_pct",
+        "global_store_efficiency_pct",
+    }
+    branch = registry.get("branch_efficiency_pct")
+    name = branch.ncu_names[0]
+
+    def read(value):
+        return resolve_metric(registry, branch, {name: MetricValue(name=name, unit="%", value=value)})
+
+    assert (read(0.0).value, read(0.0).status, read(0.0).ncu_name) == (None, "unknown", None)
+    assert (read(0.5).value, read(0.5).status) == (0.5, "measured")
+    assert read(100.0).value == 100.0
+    # a metric without that rule keeps its zero
+    stall = registry.get("registers_per_thread")
+    zero = {stall.ncu_names[0]: MetricValue(name=stall.ncu_names[0], unit=stall.unit, value=0.0)}
+    assert resolve_metric(registry, stall, zero).value == 0.0
+    # evidence written before the rule reads as a new analysis would
+    assert without_eventless_zeros(
+        registry,
+        {"branch_efficiency_pct": 0.0, "global_store_efficiency_pct": 12.5, "dram_bytes": 0.0, "x": None},
+    ) == {"branch_efficiency_pct": None, "global_store_efficiency_pct": 12.5, "dram_bytes": 0.0, "x": None}
 
 
 @pytest.mark.parametrize(

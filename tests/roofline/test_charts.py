@@ -214,10 +214,10 @@ def test_roofline_chart_variants_png(tmp_path, points):
 
 
 def test_roofline_chart_draws_each_precision_the_ceilings_hold(tmp_path):
-    # one roof per entry: the built-in H200 figures have four, each in its own colour
+    # one roof per entry: the built-in H200 figures have five (int8 since 2026-12-01), each in its colour
     out = roofline_chart(DEFAULT_CEILINGS, sgemm_points()[:1], tmp_path / "r.png")
-    assert len(roofline_geometry(DEFAULT_CEILINGS, []).roofs) == 4
-    for colour in ("green", "orange", "sky", "grey"):
+    assert len(roofline_geometry(DEFAULT_CEILINGS, []).roofs) == 5
+    for colour in ("green", "orange", "sky", "grey", "black"):
         assert has_colour(out, PALETTE[colour]), colour
 
 
