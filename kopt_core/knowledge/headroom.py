@@ -38,8 +38,8 @@ def term_value(term: HeadroomTerm, value: float | None) -> float | None:
         raw = value / of
     elif term.as_ == "complement":
         raw = 1.0 - value / of
-    elif term.as_ == "inverse":
-        raw = 1.0 - of / value if value >= of else 0.0
+    elif term.as_ == "inverse":  # below the ideal (or at 0) nothing was done again
+        raw = 1.0 - of / value if value > 0 else 0.0
     elif term.as_ == "idle":
         raw = 1.0 - value
     elif term.as_ == "flag":

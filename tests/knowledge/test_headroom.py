@@ -39,6 +39,9 @@ def term(as_: str, of: float | None = None, scale: float = 1.0, metric: str = "m
         ("inverse", 4.0, 32.0, 0.875),  # 32 sectors where 4 would do
         ("inverse", 4.0, 4.0, 0.0),
         ("inverse", 4.0, 3.0, 0.0),
+        ("inverse", 0.5, 0.8, 0.375),  # an ideal below 1: 0.8 where 0.5 would do
+        ("inverse", None, 0.0, 0.0),  # no traffic at all: nothing done again (and no division by 0)
+        ("inverse", None, -2.0, 0.0),
         ("idle", None, 0.25, 0.75),  # a quarter of a wave: three quarters of the SMs idle
         ("idle", None, 1.0, 0.0),
         ("idle", None, 3.0, 0.0),
@@ -49,6 +52,7 @@ def term(as_: str, of: float | None = None, scale: float = 1.0, metric: str = "m
         ("launch", None, 0.0, 1.0),
         ("launch", 1000.0, 12.0, LAUNCH_LATENCY_MS / (0.012 + LAUNCH_LATENCY_MS)),  # 12 us
         ("launch", None, -1.0, 0.0),
+        ("launch", None, -LAUNCH_LATENCY_MS, 0.0),  # a negative duration is no launch (no division by 0)
     ],
 )
 def test_each_reading_at_its_edges(reading, of, value, expected):
@@ -174,6 +178,16 @@ def test_an_unknown_gap_of_the_bound_axis_is_raised_too():
     budget, why = rebudget(roofline(delta_memory=None), 0.2)
     assert budget == {"compute": 1, "memory": 1, "latency": 1}
     assert "its gap unknown (from ncu's utilisation" in why and "raised to 0.80" in why
+
+
+def test_the_selection_carries_the_budget_s_reason():
+    from kopt_core.knowledge.select import ProfileEvidence, SelectionContext, select_methods
+
+    evidence = ProfileEvidence(budget={"memory": 1}, bound="memory", values={}, budget_why="raised")
+    selection = select_methods(load_methods(), SelectionContext(evidence, "sm_90a", "cuda"))
+    assert selection.budget_why == "raised"
+    plain = attrs.evolve(evidence, budget_why="")
+    assert select_methods(load_methods(), SelectionContext(plain, "sm_90a", "cuda")).budget_why == ""
 
 
 def test_the_registry_gives_every_method_headroom_terms_on_known_keys():
