@@ -33,6 +33,9 @@ DERIVED_EVIDENCE = {
     "split it (one launch per row, per tile), unknown without DRAM bytes or a workload model",
     "mean_launch_ms": "the mean duration of the profiled solve's launches (profile.json kernels): a solve "
     "of many short launches pays launch latency on each, which the summed duration_ms hides",
+    "bank_conflicts_per_inst": "shared-memory bank conflicts (extra data-bank cycles, a light-bundle "
+    "counter) per executed warp instruction: the full set's excess-wavefront count made comparable across "
+    "kernels; unknown when either count is",
     "floor_gap": "1 - floor_share: the share of the kernel's time above its floor (the workload roofline's, "
     "else the default workload model's memory floor); unknown without a floor",
     "narrow_matmul_without_mma": "1 when GEMM-like work (work_kind) has a float16, bfloat16, float8 or "
@@ -135,8 +138,15 @@ def derived_evidence(roofline: Roofline, values: dict, facts: KernelFacts | None
         "redundant_launches": _redundant(repeats, excess),
         "mean_launch_ms": _mean_launch_ms(facts.kernels),
         "floor_gap": _floor_gap(floor_share(roofline, facts)),
+        "bank_conflicts_per_inst": _per_inst(
+            values.get("shared_bank_conflicts"), values.get("inst_executed")
+        ),
         "narrow_matmul_without_mma": _narrow_matmul_without_mma(facts, work_kind(facts)[0]),
     }
+
+
+def _per_inst(count: float | None, instructions: float | None) -> float | None:
+    return None if count is None or not instructions else count / instructions
 
 
 def _floor_gap(share: float | None) -> float | None:

@@ -117,3 +117,18 @@ def test_floor_share_needs_the_workload_roofline_s_label():
     assert floor_share(attrs.evolve(roofline, floor_ms=0.05, duration_ms=0.2)) == 0.25
     # a workload roofline without a floor falls back to the default model, here none: unknown
     assert floor_share(attrs.evolve(roofline, floor_ms=None, duration_ms=0.2)) is None
+
+
+@pytest.mark.parametrize(
+    "conflicts, instructions, expected",
+    [
+        (33009843.0, 36700160.0, 33009843.0 / 36700160.0),  # the H200 corpus's bank-conflicted transpose
+        (0.0, 1000.0, 0.0),
+        (None, 1000.0, None),  # the counter not measured
+        (5.0, None, None),
+        (5.0, 0.0, None),  # no instruction counted: no ratio (never a division by zero)
+    ],
+)
+def test_bank_conflicts_per_instruction(conflicts, instructions, expected):
+    values = {"shared_bank_conflicts": conflicts, "inst_executed": instructions}
+    assert derived_evidence(heuristic_roofline(), values)["bank_conflicts_per_inst"] == expected

@@ -339,3 +339,17 @@ def test_a_full_axis_leaves_the_next_triggered_method_not_reached():
     assert measured.ids == ("memory.smem_tiling",)
     assert measured.selected[0].headroom_why == "headroom 0.79 from l1tex_throughput_pct 99 / 100 x 0.8"
     assert selection.underfilled == {}
+
+
+def test_bank_conflicts_fire_from_the_light_bundle_s_counter_too():
+    ids = ("memory.bank_conflict_avoidance",)
+    stalled = {"warp_stall_mio_throttle_pct": 19.0}
+    for values, fires in (
+        ({**stalled, "shared_excess_wavefronts": 1.0}, True),  # the full set's count
+        ({**stalled, "bank_conflicts_per_inst": 0.05}, True),  # the light bundle's ratio at its threshold
+        ({**stalled, "bank_conflicts_per_inst": 0.0499}, False),
+        ({"bank_conflicts_per_inst": 0.9, "warp_stall_mio_throttle_pct": 9.9}, False),  # nobody waits
+        ({"bank_conflicts_per_inst": 0.9, "warp_stall_short_scoreboard_pct": 10.0}, True),
+    ):
+        trigger = REGISTRY.get(ids[0]).trigger
+        assert trigger.holds(values) is fires, values
