@@ -31,8 +31,10 @@ HEADROOM_DIGITS = 2  # headrooms equal to two decimals tie, and priority decides
 
 def term_value(term: HeadroomTerm, value: float | None) -> float | None:
     """One term's reading of ``value`` (None when the value is unknown), clamped to [0, 1]."""
-    if value is None:
-        return None
+    return None if value is None else _reading(term, value)
+
+
+def _reading(term: HeadroomTerm, value: float) -> float:
     of = term.of if term.of is not None else (1.0 if term.as_ in ("inverse", "launch") else 100.0)
     if term.as_ == "share":
         raw = value / of
@@ -60,9 +62,9 @@ def headroom(method: Method, values: Mapping[str, float | None]) -> tuple[float 
     best: tuple[float, HeadroomTerm, float] | None = None
     for term in method.headroom:
         value = values.get(term.metric)
-        reading = term_value(term, value)
-        if reading is None or value is None:
+        if value is None:
             continue
+        reading = _reading(term, value)
         if best is None or reading > best[0]:
             best = (reading, term, value)
     if best is None:

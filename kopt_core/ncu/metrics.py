@@ -93,6 +93,10 @@ class MetricSpec:
     # when the kernel had none of them; 0 then means unknown, never "0% efficient"
     zero: str | None = None
 
+    def eventless(self, value: float | None) -> bool:
+        """Whether ``value`` is this metric's reading of no events at all (``zero: no_events``, exactly 0)."""
+        return self.zero == "no_events" and value == 0.0
+
 
 @frozen
 class Resolved:
@@ -255,7 +259,7 @@ def resolve_metric(
 ) -> Resolved:
     """One registry key in a profile's metrics (rules: module docstring)."""
     resolved = _resolve_metric(registry, spec, metrics)
-    if spec.zero == "no_events" and resolved.value == 0.0:
+    if spec.eventless(resolved.value):
         return Resolved(spec.key, None, spec.unit, None, "unknown")  # an average over no events
     return resolved
 
@@ -299,8 +303,11 @@ def _resolve_metric(
 def without_eventless_zeros(registry: MetricRegistry, values: Mapping[str, float | None]) -> dict:
     """``values`` (registry key -> value) with each ``zero: no_events`` metric that reads exactly 0 made
     unknown: evidence written before that rule (an older ncu_top.json) reads as a new analysis would."""
-    eventless = {spec.key for spec in registry.metrics if spec.zero == "no_events"}
-    return {key: (None if key in eventless and value == 0.0 else value) for key, value in values.items()}
+    specs = {spec.key: spec for spec in registry.metrics}
+    return {
+        key: (None if key in specs and specs[key].eventless(value) else value)
+        for key, value in values.items()
+    }
 
 
 def resolve(registry: MetricRegistry, profile: KernelProfile) -> dict[str, Resolved]:
