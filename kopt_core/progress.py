@@ -49,17 +49,24 @@ def reporting(reporter: Reporter | None) -> Iterator[None]:
 
 @contextmanager
 def step(message: str) -> Iterator[None]:
-    """Say ``message`` (e.g. "building gemm.cu") while the block runs. A reporter that fails never fails the
-    work: it is only a display."""
+    """Say ``message`` (e.g. "building gemm.cu") while the block runs. The reporter sees the block's error,
+    if any, as a context manager does (it may say the step failed), but never swallows it; a reporter that
+    fails never fails the work: it is only a display."""
     try:
         shown = _reporter(message)
         shown.__enter__()
     except Exception:
         shown = nullcontext()
+    failure: BaseException | None = None
     try:
         yield
+    except BaseException as exc:
+        failure = exc
+        raise
     finally:
         try:
-            shown.__exit__(None, None, None)
-        except Exception:
+            shown.__exit__(
+                type(failure) if failure else None, failure, failure.__traceback__ if failure else None
+            )
+        except BaseException:  # the reporter re-raised the block's error, or failed itself: only a display
             pass

@@ -1,10 +1,12 @@
 """kopt_core.progress: the core says what it is busy with (building, checking and timing, ncu replays); the
-CLI shows it as a rich status line on stderr, only on a terminal and never with --json."""
+CLI shows it on stderr: a rich status line on a terminal, a line per step with its time elsewhere; with
+--json too, since the envelope has stdout to itself."""
 
 from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -84,12 +86,22 @@ def test_status_line_on_a_terminal_shows_the_step_verbatim():
     assert "building [bold]x[/].cu" in buffer.getvalue()
 
 
-def test_status_line_off_a_terminal_shows_nothing():
+def test_status_line_off_a_terminal_logs_each_step_with_its_time():
     buffer = io.StringIO()
-    line = render.StatusLine(Console(file=buffer, force_terminal=False))
-    with progress.reporting(line), progress.step("building a.cu"):
-        assert line._status is None
-    assert buffer.getvalue() == ""
+    line = render.StatusLine(Console(file=buffer, force_terminal=False, width=200))
+    with progress.reporting(line), progress.step("building [red]a[/].cu"):
+        assert line._status is None  # no spinner in a log
+        assert buffer.getvalue() == "kopt: building [red]a[/].cu ...\n"  # said when it starts
+    lines = buffer.getvalue().splitlines()
+    assert len(lines) == 2 and re.fullmatch(r"kopt: building \[red\]a\[/\]\.cu: done in \d+\.\d s", lines[1])
+
+
+def test_a_failing_step_is_logged_as_failed_and_its_error_passes_through():
+    buffer = io.StringIO()
+    line = render.StatusLine(Console(file=buffer, force_terminal=False, width=200))
+    with progress.reporting(line), pytest.raises(ValueError), progress.step("profiling a.cu"):
+        raise ValueError("ncu refused")
+    assert re.fullmatch(r"kopt: profiling a\.cu: failed after \d+\.\d s", buffer.getvalue().splitlines()[-1])
 
 
 def test_nested_steps_share_one_line():
@@ -141,12 +153,12 @@ def test_cli_bench_shows_status_on_a_terminal_stderr(monkeypatch, capsys, saxpy)
     assert progress.current() is progress.silent
 
 
-def test_cli_bench_json_shows_no_status(monkeypatch, capsys, saxpy):
+def test_cli_bench_json_keeps_stdout_for_the_envelope(monkeypatch, capsys, saxpy):
     kernel, ref = saxpy
     code, out, status = run_cli(
         monkeypatch, capsys, "bench", str(kernel), "--ref", str(ref), "--N=256", "--json"
     )
     assert code == 0
     assert json.loads(out)["result"]["status"] == "ok"  # stdout is the JSON envelope alone
-    assert "building" not in out and "building" not in status
+    assert "building" not in out and "building saxpy.py" in status  # progress goes to stderr only
     assert progress.current() is progress.silent

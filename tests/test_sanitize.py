@@ -9,6 +9,7 @@ import os
 import stat
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -319,7 +320,8 @@ def reference(x, y, N):
 """
 
 # A stand-in for compute-sanitizer: records its argv, then does what MODE says. "run": run the target as
-# the real tool would and write a zero summary to --log-file; "refuse": say the device is not supported.
+# the real tool would and write a zero summary to --log-file; "refuse": say the device is not supported;
+# "hang": a kernel that runs far slower under the tool than the run's limit.
 FAKE = """\
 #!{python}
 import json, subprocess, sys
@@ -329,6 +331,9 @@ with open({argv_file!r}, "w") as out:
 if {mode!r} == "refuse":
     print('========= Error: Device not supported. Please refer to the "Supported Devices" section')
     sys.exit(1)
+if {mode!r} == "hang":
+    import time
+    time.sleep(60)
 target = argv[argv.index("-m") - 1:]
 code = subprocess.run(target).returncode
 with open(argv[argv.index("--log-file") + 1].replace("%%", "%"), "w") as log:
@@ -369,6 +374,16 @@ def test_a_sanitizer_that_refuses_the_device_is_a_tool_error(tmp_path):
     report = run_sanitizer(cpu_request(tmp_path / "k"), "racecheck", sanitizer=str(script), timeout_s=60)
     assert report.status == "tool_error" and "Device not supported" in report.summary
     assert "Device not supported" in report.log_tail
+    assert report.timed_out is False  # a refusal is not a run stopped at its limit
+
+
+def test_a_tool_stopped_at_its_limit_is_a_timed_out_tool_error(tmp_path):
+    script, _ = fake_sanitizer(tmp_path / "tool", "hang")
+    started = time.monotonic()
+    report = run_sanitizer(cpu_request(tmp_path / "k"), "initcheck", sanitizer=str(script), timeout_s=1.5)
+    assert time.monotonic() - started < 30  # stopped at the limit, not after the tool's minute
+    assert report.status == "tool_error" and report.timed_out is True
+    assert "timed out after 1.5 s" in report.summary
 
 
 def test_the_cpu_example_backend_is_not_applicable_and_no_path_meets_a_shell(tmp_path, monkeypatch):

@@ -121,6 +121,7 @@ class SanitizerReport:
     seconds: float = 0.0
     command: tuple[str, ...] = field(default=(), converter=as_tuple)
     warnings: int | None = None  # racecheck: hazards of warning severity
+    timed_out: bool = False  # stopped at timeout_s (status tool_error): nothing was decided
 
 
 @frozen
@@ -490,6 +491,7 @@ def run_sanitizer(
         log_tail=tail,
         seconds=ran.seconds,
         command=tuple(command),
+        timed_out=bool(ran.timed_out) and status == "tool_error",
     )
 
 

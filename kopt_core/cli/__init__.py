@@ -15,6 +15,17 @@ from kopt_core import __version__, progress
 from kopt_core.cli import envelope, outputs, render
 from kopt_core.errors import EXIT_CONFIG, EXIT_HARDWARE, KoptError
 from kopt_core.jsonio import dumps
+from kopt_core.records.state import SANITIZER_TIMEOUT_S
+
+# A run's limit on each compute-sanitizer tool per branch (state.json sanitizer_timeout_s): init, optimize.
+SANITIZER_TIMEOUT = click.option(
+    "--sanitizer-timeout",
+    "sanitizer_timeout_s",
+    type=click.FloatRange(min=0, min_open=True, max=86400),
+    default=SANITIZER_TIMEOUT_S,
+    show_default=True,
+    help="Seconds each compute-sanitizer tool may take on a branch; past it, race_safe is unknown.",
+)
 
 
 class KoptGroup(click.Group):
@@ -23,8 +34,9 @@ class KoptGroup(click.Group):
         raw = list(sys.argv[1:] if args is None else args)
         as_json = envelope.wants_json(raw)
         failure: dict | None = None
-        # a status line on stderr while kopt builds, profiles or times (a terminal only; never with --json)
-        shown_before = progress.install(None if as_json else render.status_line())
+        # what kopt is doing, on stderr while it builds, profiles or times: a status line on a terminal, a
+        # line per step elsewhere (stdout stays the envelope's alone with --json)
+        shown_before = progress.install(render.status_line())
         try:
             code = super().main(
                 args=args,
@@ -557,6 +569,7 @@ def gate_cmd(out, backend, attempts, diagnostic, no_ceilings, as_json) -> int:
     help="Branch kernels per iteration.",
 )
 @click.option("--compile-jobs", default="auto", show_default=True, help="Parallel CPU compiles: auto or N.")
+@SANITIZER_TIMEOUT
 @click.option(
     "--numerics-mode",
     type=click.Choice(["reference", "strict", "approximate"]),
@@ -578,6 +591,7 @@ def init_cmd(
     ncu_num,
     branches,
     compile_jobs,
+    sanitizer_timeout_s,
     numerics_mode,
     backend,
     as_json,
@@ -606,6 +620,7 @@ def init_cmd(
         numerics_mode=numerics_mode,
         backend=backend,
         on_warning=render.warning,
+        sanitizer_timeout_s=sanitizer_timeout_s,
     )
     if as_json:
         written = envelope.Written(store.run_dir)

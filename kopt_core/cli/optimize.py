@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kopt_core.cli import _plugin_manager, cli, envelope, outputs, render
+from kopt_core.cli import SANITIZER_TIMEOUT, _plugin_manager, cli, envelope, outputs, render
 
 
 def _generator_options(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
@@ -50,6 +50,7 @@ def _generator_options(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--backend", default=None, help="Backend name (default: detected from the file).")
 @click.option("--arch", default=None, help="Target architecture for the static build (default: the GPU's).")
 @click.option("--compile-jobs", default="auto", show_default=True, help="Parallel CPU compiles: auto or N.")
+@SANITIZER_TIMEOUT
 @click.option(
     "--resume", "resume", type=click.Path(file_okay=False), default=None, help="Continue the run in RUN."
 )
@@ -67,6 +68,7 @@ def optimize_cmd(
     backend,
     arch,
     compile_jobs,
+    sanitizer_timeout_s,
     resume,
     as_json,
     extra,
@@ -107,6 +109,7 @@ def optimize_cmd(
             numerics_mode=numerics_mode,
             backend=backend,
             compile_jobs=compile_jobs,
+            sanitizer_timeout_s=sanitizer_timeout_s,
             arch=arch,
             on_warning=render.warning,
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -37,8 +38,12 @@ def warning(message: str) -> None:
 
 class StatusLine:
     """kopt_core.progress's reporter for people: a rich status line (a spinner and what kopt is doing) on
-    ``console`` while a long step runs, when ``console`` is a terminal; nothing otherwise. Nested or
-    concurrent steps share the one line, which shows the newest step still running."""
+    ``console`` while a long step runs, when ``console`` is a terminal. Nested or concurrent steps share
+    the one line, which shows the newest step still running.
+
+    Off a terminal (a log file, CI, a coding agent's shell) a spinner would only garble the log, and
+    silence for minutes reads as a hang: each step is logged instead, one line when it starts and one with
+    its wall time when it ends (``kopt: the hardware gate: done in 18.3 s``)."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
@@ -59,10 +64,23 @@ class StatusLine:
         else:
             self._status.update(text)
 
+    def _log(self, message: str) -> Iterator[None]:
+        text = Text(f"kopt: {message} ...")  # foreign text: never read as markup
+        self.console.print(text, highlight=False, soft_wrap=True)
+        started = time.monotonic()
+        outcome = "failed after"
+        try:
+            yield
+            outcome = "done in"
+        finally:
+            elapsed = time.monotonic() - started
+            line = Text(f"kopt: {message}: {outcome} {elapsed:.1f} s")
+            self.console.print(line, highlight=False, soft_wrap=True)
+
     @contextmanager
     def __call__(self, message: str) -> Iterator[None]:
         if not self.console.is_terminal:
-            yield
+            yield from self._log(message)
             return
         with self._lock:
             self._running.append(message)

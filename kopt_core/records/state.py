@@ -17,6 +17,9 @@ from kopt_core.roofline.records import Ceilings, Roofline
 
 STATE_SCHEMA_VERSION = 7
 ENV_SCHEMA_VERSION = 2
+# compute-sanitizer's limit per tool and branch (state.sanitizer_timeout_s). A 2048^3 register-tiled SGEMM
+# needed 30 s under racecheck on the H200; another needed more than 385 s under four tools at once.
+SANITIZER_TIMEOUT_S = 120.0
 
 
 @frozen
@@ -149,6 +152,9 @@ class State:
     branches: int = 4
     compile_jobs: str = "auto"
     numerics_mode: str = "reference"  # reference | strict | approximate
+    # Each compute-sanitizer tool's run on a branch is stopped after this long; race_safe is then unknown
+    # (explore's race check, docs/measurement.md). Absent from a state.json written before it: this default.
+    sanitizer_timeout_s: float = SANITIZER_TIMEOUT_S
     selected_methods: tuple[str, ...] = field(default=(), converter=as_tuple)
     effective_methods: tuple[str, ...] = field(default=(), converter=as_tuple)
     ineffective_methods: tuple[str, ...] = field(default=(), converter=as_tuple)

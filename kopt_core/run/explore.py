@@ -44,9 +44,6 @@ from kopt_core.run.summary import render_summary
 from kopt_core.steps.bench import check_candidate, target_arch
 from kopt_core.steps.build_pool import BuildJob, BuildOutcome, CompilePlan, build_all, plan_compile_jobs
 
-# A sanitizer run that takes longer leaves race_safe unknown (tool_error), never a failed branch.
-SANITIZER_TIMEOUT_S = 300.0
-
 ExecutorFactory = Callable[[], AbstractContextManager[Any]]
 
 
@@ -310,7 +307,9 @@ def _race_fields(artifact, state: State, methods: Sequence[str], options: BenchO
     The tools run side by side, one process each (most of a tool run is the process starting under the
     tool, not the GPU), and only on the candidate's own kernel when the build names it
     (``kernel_filter_for``). A tool that did not end clean is run again alone before its verdict counts,
-    so two processes sharing the GPU never decide one."""
+    so two processes sharing the GPU never decide one; except a tool stopped at the run's time limit
+    (state.sanitizer_timeout_s): a kernel can run thousands of times slower under a tool, and a second
+    wait as long would double the cost of learning nothing. It leaves race_safe unknown and says so."""
     from kopt_core.bench.sanitize import kernel_filter_for, run_sanitizer, tools_for
 
     request = BenchRequest(
@@ -320,18 +319,24 @@ def _race_fields(artifact, state: State, methods: Sequence[str], options: BenchO
     if not tools:
         return {"race_safe": None, "race_note": "no check applies", "race_seconds": 0.0}
     only = kernel_filter_for(artifact)
+    limit = state.sanitizer_timeout_s
 
     def check(tool: str):
-        return run_sanitizer(request, tool, timeout_s=SANITIZER_TIMEOUT_S, kernel_filter=only)
+        return run_sanitizer(request, tool, timeout_s=limit, kernel_filter=only)
+
+    def settled(report) -> bool:
+        return report.status == "clean" or report.timed_out
 
     started = time.perf_counter()
     with progress.step(f"compute-sanitizer {', '.join(tools)} on {Path(artifact.source).parent.name}"):
         with ThreadPoolExecutor(max_workers=len(tools)) as pool:
             reports = list(pool.map(check, tools))
         if len(tools) > 1:
-            reports = [report if report.status == "clean" else check(report.tool) for report in reports]
+            reports = [report if settled(report) else check(report.tool) for report in reports]
     seconds = round(time.perf_counter() - started, 3)
-    notes = [f"{report.tool}: {report.status} ({report.summary})" for report in reports]
+    notes = [
+        f"{report.tool}: {report.status} ({report.summary}; {report.seconds:.1f} s)" for report in reports
+    ]
     for report in reports:
         if report.status in ("hazards", "failed"):
             return {
@@ -341,6 +346,12 @@ def _race_fields(artifact, state: State, methods: Sequence[str], options: BenchO
                 "error": report.summary,
                 "error_stage": report.tool,
             }
+    slow = [report.tool for report in reports if report.timed_out]
+    if slow:
+        notes.append(
+            f"not checked within the run's limit of {limit:g} s per tool ({', '.join(slow)}): race_safe "
+            "unknown; a run started with a larger --sanitizer-timeout checks it"
+        )
     safe = all(report.status == "clean" for report in reports)
     return {"race_safe": True if safe else None, "race_note": "; ".join(notes), "race_seconds": seconds}
 

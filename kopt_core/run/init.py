@@ -8,12 +8,13 @@ only: iteration folders appear later, after their gates pass.
 
 from __future__ import annotations
 
+import math
 import shutil
 from datetime import datetime
 from pathlib import Path
 
 from kopt_core.errors import ConfigError
-from kopt_core.records.state import State
+from kopt_core.records.state import SANITIZER_TIMEOUT_S, State
 from kopt_core.run.layout import baseline_dir, new_run_dir
 from kopt_core.run.store import RunStore, read_env
 from kopt_core.steps.bench import static_contract
@@ -37,6 +38,13 @@ def normalize_compile_jobs(value) -> str:
     return str(int(text))
 
 
+def normalize_sanitizer_timeout(value) -> float:
+    """A positive, finite number of seconds (state.json's sanitizer_timeout_s), or ConfigError (exit 4)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ConfigError(f"--sanitizer-timeout must be a positive, finite number of seconds, got {value!r}")
+    return float(value)
+
+
 def init_run(
     pm,
     *,
@@ -52,6 +60,7 @@ def init_run(
     backend: str | None = None,
     now: datetime | None = None,
     on_warning=None,
+    sanitizer_timeout_s: float = SANITIZER_TIMEOUT_S,
 ) -> RunStore:
     """Check the baseline, reference, dims, env.json and options, then create the run folder. Raises
     ConfigError (exit 4) for anything the user must fix; nothing is created in that case."""
@@ -80,6 +89,7 @@ def init_run(
             f"--numerics-mode must be one of {', '.join(NUMERICS_MODES)}, got {numerics_mode!r}"
         )
     jobs = normalize_compile_jobs(compile_jobs)
+    sanitizer_timeout_s = normalize_sanitizer_timeout(sanitizer_timeout_s)
 
     # 4. the folder: baseline/ + env.json + state.json, or nothing at all
     run_dir = new_run_dir(path, now=now)
@@ -103,6 +113,7 @@ def init_run(
             branches=branches,
             compile_jobs=jobs,
             numerics_mode=numerics_mode,
+            sanitizer_timeout_s=sanitizer_timeout_s,
             run_status="initialized",
             generation_allowed=env.generation_allowed,
             hardware_attempts=env.attempts,

@@ -30,7 +30,7 @@ from kopt_core import progress
 from kopt_core.errors import ConfigError, HardwareError, ValidationError
 from kopt_core.jsonio import write_json
 from kopt_core.records import from_data, to_data
-from kopt_core.records.state import Env
+from kopt_core.records.state import SANITIZER_TIMEOUT_S, Env
 from kopt_core.run.layout import iteration_dir
 from kopt_core.run.store import RunStore
 
@@ -175,14 +175,16 @@ def start_run(
     arch: str | None = None,
     steps: LoopSteps | None = None,
     on_warning: Callable[[str], None] | None = None,
+    sanitizer_timeout_s: float = SANITIZER_TIMEOUT_S,
 ) -> OptimizeOutcome:
     """A new run of ``kopt optimize``: the generator's name and options are checked, then the static
     contract and the baseline's build (no GPU needed), then the hardware gate, init, and the loop."""
     from kopt_core.backends import BackendRegistry
     from kopt_core.generate import generator_for
-    from kopt_core.run.init import init_run
+    from kopt_core.run.init import init_run, normalize_sanitizer_timeout
     from kopt_core.steps.bench import preflight_kernel
 
+    sanitizer_timeout_s = normalize_sanitizer_timeout(sanitizer_timeout_s)  # exit 4 before anything
     steps = steps or LoopSteps()
     options = dict(options or {})
     backend = backend or BackendRegistry.from_plugins(pm).detect(baseline).name
@@ -213,6 +215,7 @@ def start_run(
             numerics_mode=numerics_mode,
             backend=backend,
             on_warning=on_warning,
+            sanitizer_timeout_s=sanitizer_timeout_s,
         )
     write_json(store.run_dir / OPTIMIZE_FILE, to_data(OptimizePlan(generator=generator, options=options)))
     return run_loop(pm, store, steps=steps)

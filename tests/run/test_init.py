@@ -58,6 +58,7 @@ def test_init_creates_only_baseline_env_and_state(pm, work):
         branches=3,
         compile_jobs=2,
         numerics_mode="strict",
+        sanitizer_timeout_s=45,
         now=datetime(2025, 6, 1, 12, 0, 0),
     )
     assert runs(work) == [store.run_dir] and store.run_dir.name == "run_20250601_120000"
@@ -78,6 +79,7 @@ def test_init_creates_only_baseline_env_and_state(pm, work):
     assert state.backend == "pytorch" and state.dims == {"N": 1024}
     assert (state.iterations_total, state.ncu_num, state.branches) == (2, 5, 3)
     assert (state.compile_jobs, state.numerics_mode) == ("2", "strict")
+    assert state.sanitizer_timeout_s == 45.0 and data["sanitizer_timeout_s"] == 45.0
     assert state.run_status == "initialized" and state.best_metric_ms is None
     assert state.generation_allowed is True and state.hardware_attempts == 2
     assert (state.verified_iterations, state.last_verified_iter, state.stop_reason, state.stop_stage) == (
@@ -109,6 +111,12 @@ def test_same_second_gets_a_suffix(pm, work):
         ({"numerics_mode": "fast"}, "numerics-mode"),
         ({"compile_jobs": "0"}, "compile-jobs"),
         ({"compile_jobs": "many"}, "compile-jobs"),
+        ({"sanitizer_timeout_s": 0}, "sanitizer-timeout"),
+        ({"sanitizer_timeout_s": -5.0}, "sanitizer-timeout"),
+        ({"sanitizer_timeout_s": float("nan")}, "sanitizer-timeout"),
+        ({"sanitizer_timeout_s": float("inf")}, "sanitizer-timeout"),
+        ({"sanitizer_timeout_s": True}, "sanitizer-timeout"),
+        ({"sanitizer_timeout_s": "60"}, "sanitizer-timeout"),
         ({"backend": "nosuch"}, "unknown backend"),
     ],
 )

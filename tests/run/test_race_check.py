@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import attrs
 import pytest
 
 from kopt_core.bench import sanitize
@@ -47,13 +48,19 @@ class ScriptedSanitizer:
     def __init__(self, answers: dict[str, list[str]]):
         self.answers = {tool: list(statuses) for tool, statuses in answers.items()}
         self.calls: list[tuple[str, tuple[str, ...]]] = []
+        self.limits: list[float] = []
         self.lock = threading.Lock()
 
     def __call__(self, request, tool, *, timeout_s, kernel_filter=None, **_):
         with self.lock:
             self.calls.append((tool, tuple(kernel_filter or ())))
+            self.limits.append(timeout_s)
             status = self.answers[tool].pop(0)
-        return SanitizerReport(tool=tool, status=status, summary=f"{tool} said {status}")
+        if status == "timeout":  # stopped at the limit, as run_sanitizer reports it
+            return SanitizerReport(
+                tool=tool, status="tool_error", summary=f"{tool} timed out", seconds=timeout_s, timed_out=True
+            )
+        return SanitizerReport(tool=tool, status=status, summary=f"{tool} said {status}", seconds=2.5)
 
 
 @pytest.mark.parametrize(
@@ -70,6 +77,10 @@ class ScriptedSanitizer:
         ({"racecheck": ["hazards", "clean"], "memcheck": ["clean"]}, True, None, 3),
         # a tool that cannot check, even alone: unknown, not failed
         ({"racecheck": ["clean"], "memcheck": ["tool_error", "tool_error"]}, None, None, 3),
+        # a tool stopped at the run's limit is not waited for a second time: unknown
+        ({"racecheck": ["timeout"], "memcheck": ["clean"]}, None, None, 2),
+        # ... but a hazard found by another tool still fails the branch
+        ({"racecheck": ["timeout"], "memcheck": ["hazards", "hazards"]}, False, "memcheck", 3),
     ],
 )
 def test_race_safe_from_the_reports(tmp_path, monkeypatch, answers, safe, stage, calls):
@@ -93,3 +104,29 @@ def test_one_tool_is_not_run_twice_when_it_is_not_clean(tmp_path, monkeypatch):
     fields = explore._race_fields(built(tmp_path), state(tmp_path), [], BenchOptions())
     assert scripted.calls == [("racecheck", ("kns=_Z6kernelPf",))]
     assert fields["race_safe"] is None and "racecheck: tool_error" in fields["race_note"]
+
+
+def test_the_runs_limit_bounds_every_tool_and_a_timeout_says_how_to_check(tmp_path, monkeypatch):
+    scripted = ScriptedSanitizer({"racecheck": ["timeout"], "memcheck": ["clean"], "initcheck": ["timeout"]})
+    monkeypatch.setattr(sanitize, "run_sanitizer", scripted)
+    limited = attrs.evolve(state(tmp_path), sanitizer_timeout_s=45.0)
+    fields = explore._race_fields(built(tmp_path), limited, ["compute.split_k"], BenchOptions())
+    assert scripted.limits == [45.0, 45.0, 45.0]  # each tool once, each under the run's limit
+    assert fields["race_safe"] is None
+    assert "limit of 45 s per tool (racecheck, initcheck)" in fields["race_note"]
+    assert "--sanitizer-timeout" in fields["race_note"]
+    assert "memcheck: clean (memcheck said clean; 2.5 s)" in fields["race_note"]  # each tool's own time
+
+
+def test_a_run_without_a_limit_in_its_state_gets_the_default(tmp_path):
+    from kopt_core.jsonio import read_json, write_json
+    from kopt_core.records.state import SANITIZER_TIMEOUT_S
+    from kopt_core.run.store import RunStore
+
+    store = RunStore(tmp_path)
+    store.save(attrs.evolve(state(tmp_path), sanitizer_timeout_s=30.0))
+    assert store.load().sanitizer_timeout_s == 30.0
+    data = read_json(store.state_path)
+    del data["sanitizer_timeout_s"]  # a state.json written before the field
+    write_json(store.state_path, data)
+    assert store.load().sanitizer_timeout_s == SANITIZER_TIMEOUT_S == 120.0
