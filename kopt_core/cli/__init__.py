@@ -825,7 +825,8 @@ def _method_ids(_ctx, _param, value: str | None) -> tuple[str, ...]:
     callback=_method_ids,
     metavar="A,B,...",
     help="Choose the methods yourself (ids, comma-separated), instead of the scan's picks; they must pass "
-    "the hard constraints (docs/loop.md), and the scan's picks are recorded beside them. Needs --why.",
+    "the hard constraints (docs/loop.md), and the scan's picks are recorded beside them. 'none': no "
+    "method, the branches differ in hyperparameters only. Needs --why.",
 )
 @click.option("--why", default=None, metavar="TEXT", help="Why you chose --methods (recorded).")
 @click.option(

@@ -473,7 +473,9 @@ def _underfilled(left: int, slots: int, floor_share: float | None) -> str:
 
 @frozen
 class Choice:
-    """Methods an agent chose itself (``kopt select --methods ... --why ...``), in its order."""
+    """Methods an agent chose itself (``kopt select --methods ... --why ...``), in its order. No methods
+    (``--methods none``) is a choice too: an iteration whose branches differ in hyperparameters only,
+    when the agent reads the scan's picks as not worth an iteration (their headroom, say)."""
 
     methods: tuple[str, ...] = field(converter=as_tuple)
     why: str | None = None
@@ -515,8 +517,6 @@ def _choice_problems(registry: MethodRegistry, context: SelectionContext, choice
     problems: list[str] = []
     if not (choice.why or "").strip():
         problems.append("no reason given: say why you chose these methods (--why); it is recorded")
-    if not choice.methods:
-        problems.append("no method chosen: give at least one method id")
     methods: list[Method] = []
     for method_id in dict.fromkeys(choice.methods):  # each id once, in its order
         if choice.methods.count(method_id) > 1:

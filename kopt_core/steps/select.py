@@ -96,9 +96,17 @@ def check_standalone_options(
     return arch
 
 
+NO_METHODS = "none"  # ``--methods none``: the agent chooses no method (a hyperparameter-only iteration)
+
+
 def choice_of(methods: tuple[str, ...], why: str | None) -> Choice | None:
     """An agent's choice from ``--methods`` and ``--why``; None (the scan chooses) when no method is
-    given. A reason without methods is a ConfigError: it would explain nothing."""
+    given; ``--methods none`` alone chooses no method. A reason without methods is a ConfigError: it
+    would explain nothing."""
+    if tuple(m.lower() for m in methods) == (NO_METHODS,):
+        return Choice(methods=(), why=why)
+    if NO_METHODS in (m.lower() for m in methods):
+        raise ConfigError(f"--methods {','.join(methods)}: 'none' chooses no method; give it alone")
     if methods:
         return Choice(methods=methods, why=why)
     if why is not None:

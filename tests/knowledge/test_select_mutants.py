@@ -520,12 +520,18 @@ def test_a_refused_choice_names_every_problem_and_the_scan_s_picks():
     )
 
 
-def test_an_empty_choice_and_a_scan_with_no_picks():
+def test_an_empty_choice_is_a_hyperparameter_only_iteration_and_still_needs_a_reason():
     reg = registry(method("memory.a", backends=("triton",)))
     with pytest.raises(ChoiceRejected) as refused:
-        validate_choice(reg, context(), Choice(methods=(), why="nothing"))
-    assert refused.value.problems == ("no method chosen: give at least one method id",)
+        validate_choice(reg, context(), Choice(methods=(), why=" "))
+    assert refused.value.problems == (
+        "no reason given: say why you chose these methods (--why); it is recorded",
+    )
     assert refused.value.hint.startswith("the scan's own picks on this evidence: none; ")
+    chosen = validate_choice(reg, context(), Choice(methods=(), why="tune the tiles: headroom 3%"))
+    assert (
+        chosen.selected == () and chosen.chosen_by == "agent" and chosen.why == "tune the tiles: headroom 3%"
+    )
 
 
 def test_a_group_is_held_by_its_first_member_in_a_choice():

@@ -224,6 +224,27 @@ def test_run_form_records_an_agent_s_choice_beside_the_scan_s_picks(make_pm, tmp
         assert f"`{left_out}`: the scan's pick, left out by the agent" in who
 
 
+def test_an_agent_may_choose_no_method_for_a_hyperparameter_only_iteration(make_pm, tmp_path):
+    from kopt_core.run.candidates import iteration_methods
+
+    pm, store, folder = cuda_run_with_the_naive_profile(make_pm, tmp_path)
+    choose = ("select", "--state", store.state_path, "--iter", "1", "--methods")
+    mixed = kopt(*choose, "none,memory.smem_tiling", "--why", WHY)  # 'none' with a method: refused
+    assert mixed.returncode == 4 and "give it alone" in mixed.stderr
+    assert not (folder / "methods.json").exists()
+    unexplained = kopt(*choose, "none")  # no reason: refused
+    assert unexplained.returncode == 4 and "--why" in unexplained.stderr
+    assert not (folder / "methods.json").exists()
+    proc = kopt(*choose, "None", "--why", WHY)
+    assert proc.returncode == 0, proc.stderr
+    methods = json.loads((folder / "methods.json").read_text())
+    assert methods["selected"] == [] and methods["chosen_by"] == "agent" and methods["why"] == WHY
+    assert methods["scan_selected"]  # the scan's picks stay beside the choice
+    assert iteration_methods(folder) == ()
+    who = (folder / "analysis.md").read_text()
+    assert "the agent's methods: none" in who
+
+
 def test_a_refused_choice_writes_nothing(make_pm, tmp_path):
     pm, store, folder = cuda_run_with_the_naive_profile(make_pm, tmp_path)
     refused = ("--methods", "compute.split_k,compute.stream_k,memory.smem_tile", "--why", WHY)

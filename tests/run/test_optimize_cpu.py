@@ -135,9 +135,11 @@ def test_two_iterations_with_a_command_generator(pm, tmp_path):
         iterations=2,
         k=2,
         steps=STEPS,
+        sanitizer_timeout_s=30,
     )
     state = json.loads((outcome.run_dir / "state.json").read_text())
     assert outcome.status == "completed" and state["run_status"] == "completed"
+    assert state["sanitizer_timeout_s"] == 30.0  # the run's limit, kept for every resume
     assert outcome.iterations_closed == 2 and [h["iteration"] for h in state["history"]] == [1, 2]
     # iteration 1: the vectorised branch beats the chunked loop, paired, and becomes the best
     paired1 = json.loads((outcome.run_dir / "iterv1" / "paired.json").read_text())
@@ -186,6 +188,37 @@ def test_an_agent_leaves_the_run_awaiting_and_resume_goes_on(pm, tmp_path):
     assert json.loads((run / "iterv1" / "paired.json").read_text())["verdict"] == "faster"
 
 
+def test_an_agent_that_chooses_no_method_gets_a_new_brief_and_a_tuning_only_iteration(pm, tmp_path):
+    from kopt_core.run.iteration import select_in_run
+    from kopt_core.run.store import RunStore
+
+    kernel, ref = files(tmp_path)
+    run = start_run(
+        pm, baseline=kernel, ref=ref, dims={"N": N}, generator="agent", iterations=1, k=2, steps=STEPS
+    ).run_dir
+    # SKILL.md step 4: the agent overrules the scan with no method, then resumes once for the new brief
+    why = "the picks' headroom is under 10%: tune the chunk instead"
+    select_in_run(pm, RunStore(run), 1, methods=("none",), why=why)
+    waiting = resume_run(pm, run, steps=STEPS)
+    assert waiting.status == "awaiting_candidates"
+    brief = json.loads((run / "iterv1" / "brief.json").read_text())
+    assert brief["methods"] == [] and brief["files"]["ablations"] == {}
+    assert brief["chosen_by"] == "agent" and brief["why"] == why
+    assert brief["example"]["methods"] == [] and brief["example"]["ablations"] == []
+    for n, chunk in enumerate((N, 1024), start=1):  # two hyperparameter variants, no method claimed
+        path = run / "iterv1" / "branches" / f"b{n}" / "kernel.py"
+        path.parent.mkdir(parents=True)
+        path.write_text(CHUNKED.replace("256", str(chunk)))
+    (run / "iterv1" / "candidates.json").write_text(json.dumps(dict(brief["example"], generator="agent")))
+    done = resume_run(pm, run, steps=STEPS)
+    assert done.status == "completed" and done.iterations_closed == 1
+    assert json.loads((run / "iterv1" / "attribution.json").read_text())["methods"] == []
+    assert json.loads((run / "iterv1" / "sass_check.json").read_text())["methods"] == []
+    assert json.loads((run / "iterv1" / "explore.json").read_text())["champion"] == "b1"
+    history = json.loads((run / "state.json").read_text())["history"]
+    assert history[0]["methods"] == [] and history[0]["promoted"] is True
+
+
 def test_a_failing_generator_stops_the_run_with_exit_2(pm, tmp_path):
     kernel, ref = files(tmp_path)
     with pytest.raises(KoptError) as caught:
@@ -227,10 +260,16 @@ def test_a_gate_that_refuses_is_exit_3_after_the_static_checks(pm, tmp_path):
         start_run(pm, baseline=kernel, ref=ref, dims={"N": N}, generator="agent", steps=refusing)
     assert caught.value.exit_code == 3 and "no NVIDIA GPU" in caught.value.message
     assert not list(tmp_path.glob("run_*"))
-    # a bad dim is exit 4 before the gate runs
+    # a bad dim or a bad limit is exit 4 before the gate runs
     with pytest.raises(KoptError) as bad:
         start_run(pm, baseline=kernel, ref=ref, dims={"M": N}, generator="agent", steps=refusing)
     assert bad.value.exit_code == 4
+    never = attrs.evolve(STEPS, gate=lambda pm, backend, out: pytest.fail("the gate ran"))
+    with pytest.raises(KoptError) as bad:
+        start_run(
+            pm, baseline=kernel, ref=ref, dims={"N": N}, generator="agent", steps=never, sanitizer_timeout_s=0
+        )
+    assert bad.value.exit_code == 4 and "--sanitizer-timeout" in bad.value.message
 
 
 @pytest.mark.parametrize(
@@ -240,6 +279,10 @@ def test_a_gate_that_refuses_is_exit_3_after_the_static_checks(pm, tmp_path):
         (["--generator", "agent"], "a new run needs --baseline, --ref"),
         (["--resume", "nowhere", "--baseline", "k.py"], "--resume continues a run as it was started"),
         (["--generator", "agent", "--generator-option", "novalue", "--baseline", "k.py"], "KEY=VALUE"),
+        (
+            ["--generator", "agent", "--baseline", "k.py", "--ref", "r.py", "--sanitizer-timeout", "0"],
+            "--sanitizer-timeout",
+        ),
     ],
 )
 def test_the_command_line_refuses_what_cannot_start_a_run(tmp_path, args, fragment):
