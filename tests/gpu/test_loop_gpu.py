@@ -106,6 +106,12 @@ class Kopt:
             check=False,
         )
         self.times.append((step, time.monotonic() - started))
+        # printed as it happens (pytest -s): a run that outlives its time limit still shows how far it got
+        progress = "\n    ".join(proc.stderr.strip().splitlines()[-12:])
+        print(
+            f"\n[{self.name}] {step}: exit {proc.returncode} in {self.times[-1][1]:.1f} s\n    {progress}",
+            flush=True,
+        )
         try:
             envelope = json.loads(proc.stdout)
         except json.JSONDecodeError:
@@ -248,6 +254,58 @@ def open_and_select(kopt: Kopt, run: Path) -> tuple[str, ...]:
     return tuple(picked["id"] for picked in read(run / "iterv1" / "methods.json")["selected"])
 
 
+@dataclass
+class Written:
+    """One candidate kernel an agent writes: its source, and what candidates.json says of it."""
+
+    source: str
+    note: str
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+
+
+def write_candidate_files(
+    run: Path,
+    iteration: int,
+    suffix: str,
+    methods: tuple[str, ...],
+    branches: dict[str, Written],
+    ablations: dict[str, Written],
+) -> None:
+    """Write iterv{iteration}/branches/<id>/kernel<suffix>, ablations/<method>/kernel<suffix> and a
+    candidates.json where every branch claims ``methods``, as the brief asks."""
+    iterv = run / f"iterv{iteration}"
+    specs = []
+    for branch, written in branches.items():
+        file = f"branches/{branch}/kernel{suffix}"
+        (iterv / file).parent.mkdir(parents=True, exist_ok=True)
+        (iterv / file).write_text(written.source)
+        specs.append(
+            BranchSpec(
+                id=branch,
+                file=file,
+                methods=methods,
+                hyperparameters=written.hyperparameters,
+                note=written.note,
+            )
+        )
+    specs_ablations = []
+    for method, written in ablations.items():
+        file = f"ablations/{method}/kernel{suffix}"
+        (iterv / file).parent.mkdir(parents=True, exist_ok=True)
+        (iterv / file).write_text(written.source)
+        specs_ablations.append(AblationSpec(method=method, file=file, note=written.note))
+    write_candidates(
+        iterv,
+        Candidates(
+            iteration=iteration,
+            generator=GENERATOR,
+            methods=methods,
+            branches=tuple(specs),
+            ablations=tuple(specs_ablations),
+        ),
+    )
+
+
 def write_iteration(
     run: Path,
     kernels: Path,
@@ -255,56 +313,30 @@ def write_iteration(
     branches: dict[str, dict[str, Any]],
     methods: tuple[str, ...],
     written_for: tuple[str, ...],
+    iteration: int = 1,
 ) -> list[str]:
-    """Copy the branch kernels and the ablations of the selected methods into iterv1/ and write
+    """Copy the branch kernels and the ablations of the selected methods into iterv{iteration}/ and write
     candidates.json claiming the selected methods. Returns notes on what could not match the selection."""
-    iterv = run / "iterv1"
     notes = []
     if set(methods) != set(written_for):
         notes.append(
             f"select chose {list(methods)}, the kernels were written for {list(written_for)}: the branches "
             "claim select's methods all the same"
         )
-    specs = []
-    for branch, hyperparameters in branches.items():
-        target = iterv / "branches" / branch / f"kernel{suffix}"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(kernels / branch / f"kernel{suffix}", target)
-        specs.append(
-            BranchSpec(
-                id=branch,
-                file=f"branches/{branch}/kernel{suffix}",
-                methods=methods,
-                hyperparameters=hyperparameters,
-                note=f"{kernels.relative_to(REPO)}/{branch}",
-            )
+    written = {
+        branch: Written(
+            (kernels / branch / f"kernel{suffix}").read_text(), f"{kernels.relative_to(REPO)}/{branch}", hyper
         )
-    ablations = []
+        for branch, hyper in branches.items()
+    }
+    ablations = {}
     for method in methods:
         source = kernels / "ablations" / method / f"kernel{suffix}"
         if not source.is_file():
             notes.append(f"no ablation kernel for {method}: its attribution will be inconclusive")
             continue
-        target = iterv / "ablations" / method / f"kernel{suffix}"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(source, target)
-        ablations.append(
-            AblationSpec(
-                method=method,
-                file=f"ablations/{method}/kernel{suffix}",
-                note=f"{source.parent.relative_to(REPO)}",
-            )
-        )
-    write_candidates(
-        iterv,
-        Candidates(
-            iteration=1,
-            generator=GENERATOR,
-            methods=methods,
-            branches=tuple(specs),
-            ablations=tuple(ablations),
-        ),
-    )
+        ablations[method] = Written(source.read_text(), f"{source.parent.relative_to(REPO)}")
+    write_candidate_files(run, iteration, suffix, methods, written, ablations)
     return notes
 
 
@@ -327,8 +359,8 @@ class LoopRun:
     notes: list[str]
     kopt: Kopt
 
-    def doc(self, name: str) -> dict[str, Any]:
-        return read(self.run / "iterv1" / name)
+    def doc(self, name: str, iteration: int = 1) -> dict[str, Any]:
+        return read(self.run / f"iterv{iteration}" / name)
 
     @property
     def state(self) -> dict[str, Any]:
@@ -422,6 +454,207 @@ def cutlass(tmp_path_factory, shared_cache, env_json) -> LoopRun:
     )
 
 
+# ----------------------------------------------------------------------------- the agent flow (SKILL.md)
+
+# Iteration 2 of the agent flow: whole kernels an agent writes from examples/cuda/sgemm_tiled (the same
+# contract as the naive SGEMM), each with its tunables fixed by #define lines before the source's #ifndef
+# defaults: 16-byte global and shared accesses, two shared stages with the next k tile prefetched into
+# registers, an 8x8 or 8x4 register tile per thread; the branches differ in tile shape and BK only.
+AGENT_ITER2: dict[str, dict[str, int]] = {
+    "b1": {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "VEC": 4},
+    "b2": {"BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 8, "VEC": 4},
+    "b3": {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 4, "VEC": 4},
+    "b4": {"BM": 64, "BN": 128, "BK": 16, "TM": 4, "TN": 8, "VEC": 4},
+}
+# The methods whose rollback is one tunable of that kernel: VEC = 1 is its scalar path (4-byte accesses, one
+# shared stage). A method selected without a rollback here gets no ablation, and its attribution is
+# inconclusive, as the loop allows.
+AGENT_ITER2_ROLLBACK: dict[str, dict[str, int]] = {
+    "memory.vectorized_access": {"VEC": 1},
+    "latency.double_buffering": {"VEC": 1},
+}
+
+
+def tiled_sgemm(tunables: dict[str, int]) -> str:
+    """The tiled SGEMM example with ``tunables`` fixed, as one whole kernel file."""
+    source = (EXAMPLES / "cuda" / "sgemm_tiled" / "kernel.cu").read_text()
+    header = "".join(f"#define {name} {value}\n" for name, value in tunables.items())
+    return f"// kopt agent flow, iteration 2: {tunables}\n{header}{source}"
+
+
+def brief_methods(run: Path, iteration: int) -> tuple[str, ...]:
+    """SKILL.md step 3: the methods the brief asks every branch to implement."""
+    brief = read(run / f"iterv{iteration}" / "brief.json")
+    assert brief["iteration"] == iteration and brief["k"] == 4, brief
+    assert set(brief["files"]["branches"]) == {f"branches/b{n}/kernel.cu" for n in range(1, 5)}, brief[
+        "files"
+    ]
+    methods = tuple(method["id"] for method in brief["methods"])
+    assert set(brief["files"]["ablations"]) == set(methods), brief["files"]
+    assert brief["resume"].split()[:3] == ["kopt", "optimize", "--resume"], brief["resume"]
+    return methods
+
+
+def agent_iteration_2(run: Path, methods: tuple[str, ...]) -> list[str]:
+    branches = {
+        branch: Written(tiled_sgemm(tunables), "examples/cuda/sgemm_tiled with these tunables", tunables)
+        for branch, tunables in AGENT_ITER2.items()
+    }
+    ablations, notes = {}, []
+    for method in methods:
+        rollback = AGENT_ITER2_ROLLBACK.get(method)
+        if rollback is None:
+            notes.append(f"no ablation kernel for {method}: its attribution will be inconclusive")
+            continue
+        tunables = {**AGENT_ITER2["b1"], **rollback}
+        ablations[method] = Written(tiled_sgemm(tunables), f"b1 with {rollback}")
+    write_candidate_files(run, 2, ".cu", methods, branches, ablations)
+    return notes
+
+
+@dataclass
+class AgentRun:
+    kopt: Kopt
+    run: Path
+    selected: dict[int, tuple[str, ...]]  # iteration -> the methods its brief asked for
+    notes: list[str]
+    last: dict[str, Any]  # the last `kopt optimize` envelope's result
+
+
+# Below this headroom (the share of the kernel's time the evidence says a method can unlock) the agent
+# reads the scan's picks as not worth an iteration and chooses none (SKILL.md step 4).
+LOW_HEADROOM = 0.10
+
+
+def overrule_small_picks(kopt: Kopt, run: Path, iteration: int) -> str | None:
+    """SKILL.md step 4 as this agent practises it: when every pick of the scan has a headroom below
+    LOW_HEADROOM, choose no method (a hyperparameter-only iteration) with the reason, then resume once
+    so that kopt writes the brief for that choice. Returns the reason, or None when the scan stands."""
+    selection = read(run / f"iterv{iteration}" / "methods.json")
+    picks = selection["selected"]
+    if selection["chosen_by"] != "scan" or not picks:
+        return None
+    if any(pick.get("headroom") is None or pick["headroom"] >= LOW_HEADROOM for pick in picks):
+        return None
+    shares = ", ".join(f"{pick['id']} {pick['headroom']:.2f}" for pick in picks)
+    why = (
+        f"the scan's picks can unlock little of the kernel's time (headroom {shares}); the champion already "
+        "has register and shared-memory tiling with 16-byte loads: tune the tile shape and BK instead"
+    )
+    state = run / "state.json"
+    kopt(
+        "select --methods none",
+        "select",
+        "--state",
+        state,
+        "--iter",
+        str(iteration),
+        "--methods",
+        "none",
+        "--why",
+        why,
+    )
+    again = kopt("optimize --resume (the agent's choice)", "optimize", "--resume", run)
+    assert again["run_status"] == "awaiting_candidates", again
+    assert Path(again["brief"]) == run / f"iterv{iteration}" / "brief.md", again
+    return why
+
+
+def write_as_asked(kopt: Kopt, run: Path, iteration: int) -> tuple[tuple[str, ...], list[str]]:
+    """SKILL.md steps 3 to 5: read the brief, choose the methods where the evidence says otherwise, write
+    the branches, the ablations and candidates.json."""
+    if iteration == 1:
+        methods = brief_methods(run, 1)
+        return methods, write_iteration(run, LOOP / "sgemm", ".cu", SGEMM_BRANCHES, methods, SGEMM_METHODS)
+    why = overrule_small_picks(kopt, run, iteration)
+    methods = brief_methods(run, iteration)
+    notes = [f"the agent chose no method: {why}"] if why else []
+    return methods, notes + agent_iteration_2(run, methods)
+
+
+@pytest.fixture(scope="module")
+def agent_run(tmp_path_factory, shared_cache, env_json) -> AgentRun:
+    """SKILL.md followed on the naive SGEMM, as an agent would: the gate (env_json), `kopt optimize
+    --generator agent --iterations 2 --k 4`, then, while the run awaits candidates, read the brief, write
+    what it asks and `kopt optimize --resume RUN`.
+
+    KOPT_AGENT_FLOW_DIR names a folder that outlives the test: a run already in it is resumed instead of
+    started, so a flow cut short (a time limit's SIGINT kills the kopt step under way, as kill -9 would)
+    goes on where it stopped in the next call."""
+    cache, _ = shared_cache
+    kopt = Kopt("agent", cache)
+    kept = os.environ.get("KOPT_AGENT_FLOW_DIR")
+    folder = Path(kept) if kept else tmp_path_factory.mktemp("agent")
+    folder.mkdir(parents=True, exist_ok=True)
+    runs = sorted(folder.glob("run_*"))
+    if runs:
+        result = kopt("optimize --resume", "optimize", "--resume", runs[-1])
+    else:
+        example = EXAMPLES / "cuda" / "sgemm_naive"
+        shutil.copy(example / "kernel.cu", folder / "kernel.cu")
+        result = kopt(
+            "optimize",
+            "optimize",
+            "--baseline",
+            folder / "kernel.cu",
+            "--ref",
+            example / "ref.py",
+            *SGEMM_DIMS,
+            "--generator",
+            "agent",
+            "--iterations",
+            "2",
+            "--k",
+            "4",
+        )
+    run = Path(result["run_dir"])
+    selected: dict[int, tuple[str, ...]] = {}
+    notes: list[str] = []
+    while result["run_status"] == "awaiting_candidates":
+        brief = Path(result["brief"])
+        assert brief.parent.parent == run and brief.name == "brief.md", result
+        iteration = int(brief.parent.name.removeprefix("iterv"))
+        selected[iteration], written = write_as_asked(kopt, run, iteration)
+        notes += [f"iteration {iteration}: {note}" for note in written]
+        kopt("status", "status", run)
+        result = kopt(f"optimize --resume (iteration {iteration})", "optimize", "--resume", run)
+    for brief_json in sorted(run.glob("iterv*/brief.json")):  # iterations briefed in an earlier call
+        iteration = int(brief_json.parent.name.removeprefix("iterv"))
+        selected.setdefault(iteration, brief_methods(run, iteration))
+    return AgentRun(kopt, run, dict(sorted(selected.items())), notes, result)
+
+
+def test_agent_flow_of_skill_md_two_iterations(agent_run: AgentRun) -> None:
+    run, done = agent_run.run, agent_run.last
+    for iteration, methods in agent_run.selected.items():
+        report(LoopRun("agent", run, methods, [], agent_run.kopt), SGEMM_FLOPS, iteration)
+    print("\n".join(f"  note: {note}" for note in agent_run.notes))
+    assert done["run_status"] == "completed" and done["iterations_closed"] == 2, done
+    assert list(agent_run.selected) == [1, 2], agent_run.selected  # each iteration was briefed
+    state = read(run / "state.json")
+    assert [entry["iteration"] for entry in state["history"]] == [1, 2], state["history"]
+    # iteration 1 was promoted on a paired win at >= 5x the naive kernel (the hand-written branches)
+    first = read(run / "iterv1" / "explore.json")
+    baseline_ms = float(read(run / "baseline" / "bench.json")["kernel_timing"]["median_ms"])
+    assert read(run / "iterv1" / "paired.json")["verdict"] == "faster"
+    assert first["champion_ms"] <= baseline_ms / 5, (first["champion_ms"], baseline_ms)
+    # iteration 2's brief knew what iteration 1 established, and every branch of it was correct
+    learnt = read(run / "iterv2" / "brief.json")["learnt"]
+    assert learnt["iterations"] and set(learnt["effective"]) <= set(agent_run.selected[1]), learnt
+    second = read(run / "iterv2" / "explore.json")
+    assert all(b["correctness_pass"] for b in second["branches"]), second["branches"]
+    for name in ("attribution.json", "sass_check.json", "paired.json"):
+        assert (run / "iterv2" / name).is_file(), name
+    # the best kernel is the better of the two champions, and the summary says so with its charts
+    assert state["best_metric_ms"] <= first["champion_ms"] * 1.02, state["best_metric_ms"]
+    summary = (run / "summary.md").read_text()
+    assert "Iteration 1" in summary and "Iteration 2" in summary, summary[:2000]
+    for name in ("speedup.png", "roofline.png"):
+        assert (run / name).stat().st_size > 10_000, name
+    print(f"\n[agent] summary.md of {run}:\n{summary}")
+    print(agent_run.kopt.report())
+
+
 # ------------------------------------------------------------------------------------------ reports
 
 
@@ -441,39 +674,39 @@ def _branch_line(branch: dict[str, Any], baseline_ms: float, flops: int | None) 
     return line
 
 
-def report(loop: LoopRun, flops: int | None = None) -> None:
+def report(loop: LoopRun, flops: int | None = None, iteration: int = 1) -> None:
     """What docs/validation.md records of one iteration, printed for `pytest -s`."""
-    explore = loop.doc("explore.json")
+    explore = loop.doc("explore.json", iteration)
     lines = [
-        f"\n[{loop.name}] run {loop.run}",
+        f"\n[{loop.name}] run {loop.run}, iteration {iteration}",
         f"  baseline {loop.baseline_ms:.4f} ms; methods {list(loop.methods)}",
     ]
     lines += [f"  note: {note}" for note in loop.notes]
     for branch in explore["branches"]:
         lines.append(f"  {branch['id']}: {_branch_line(branch, loop.baseline_ms, flops)}")
     lines.append(f"  champion {explore.get('champion')} ({_fmt(explore.get('champion_ms'))} ms)")
-    paired = loop.doc("paired.json")
+    paired = loop.doc("paired.json", iteration)
     lines.append(
         f"  paired vs best: {paired['verdict']}, speedup {_fmt(paired.get('speedup'), 3)} "
         f"[{_fmt(paired.get('ci_low'), 3)}, {_fmt(paired.get('ci_high'), 3)}], threshold "
         f"{_fmt(paired.get('threshold'), 4)}, blocks {paired.get('blocks_used')} used / "
         f"{paired.get('blocks_voided')} voided"
     )
-    for item in loop.doc("attribution.json")["methods"]:
+    for item in loop.doc("attribution.json", iteration)["methods"]:
         lines.append(
             f"  attribution {item['method']}: {item['status']}, {_fmt(item.get('attribution_ms'))} ms "
             f"[{_fmt(item.get('ci_low_ms'))}, {_fmt(item.get('ci_high_ms'))}], relative "
             f"{_fmt(item.get('relative'), 3)}, beyond noise {item.get('beyond_noise')}"
             + (f" ({item['reason'][:200]})" if item["status"] != "measured" and item.get("reason") else "")
         )
-    for item in loop.doc("sass_check.json")["methods"]:
+    for item in loop.doc("sass_check.json", iteration)["methods"]:
         lines.append(
             f"  sass {item['method']}: {item['status']}{' (strong)' if item.get('strong') else ''}: "
             f"{item.get('detail', '')[:200]}"
         )
     state = loop.state
     history = state.get("history") or [{}]
-    entry = history[-1]
+    entry = next((e for e in history if e.get("iteration") == iteration), history[-1])
     lines.append(
         f"  update: best_file {state.get('best_file')}, best {_fmt(state.get('best_metric_ms'))} ms; "
         f"verified {entry.get('verified')}; effective {entry.get('methods_effective')}, ineffective "
