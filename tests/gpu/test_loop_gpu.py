@@ -107,7 +107,10 @@ class Kopt:
         )
         self.times.append((step, time.monotonic() - started))
         # printed as it happens (pytest -s): a run that outlives its time limit still shows how far it got
-        progress = "\n    ".join(proc.stderr.strip().splitlines()[-12:])
+        # every finished step kopt logged (its wall time), then the last lines of anything else
+        lines = proc.stderr.strip().splitlines()
+        finished = [line for line in lines if ": done in " in line or ": failed after " in line]
+        progress = "\n    ".join(finished + [line for line in lines[-6:] if line not in finished])
         print(
             f"\n[{self.name}] {step}: exit {proc.returncode} in {self.times[-1][1]:.1f} s\n    {progress}",
             flush=True,
