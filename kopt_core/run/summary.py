@@ -258,6 +258,10 @@ def _iterations(state) -> list[str]:
                     )
                     + " |"
                 )
+            champion = next((b for b in explore.branches if b.id == explore.champion), None)
+            if champion is not None and champion.race_note:
+                # an unknown race-safe deserves its reason beside the table (a check cut off at the limit)
+                lines += ["", f"- the champion's race check: {champion.race_note}"]
         attribution = _read(read_attribution, evidence.get("attribution"))
         sass = _read(read_sass_check, evidence.get("sass_check"))
         classes = {

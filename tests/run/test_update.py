@@ -460,7 +460,9 @@ def test_update_in_run_reads_the_evidence_and_saves_the_state(tmp_path):
         "attribution": "iterv1/attribution.json",
         "sass_check": "iterv1/sass_check.json",
     }
-    assert (store.run_dir / "summary.md").is_file()
+    summary = (store.run_dir / "summary.md").read_text()
+    assert "| b2 (champion) | yes | yes | yes | - | yes |" in summary
+    assert "- the champion's race check: no check applies" in summary  # why race-safe reads "-"
     # again: nothing changes
     saved = (store.run_dir / "state.json").read_text()
     assert update_in_run(store, 1) == state
