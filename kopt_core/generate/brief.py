@@ -33,6 +33,8 @@ from kopt_core.run.candidates import METHODS_FILE
 from kopt_core.run.layout import baseline_dir
 
 BRIEF_SCHEMA_VERSION = 1
+# Below this headroom for every pick, brief.md suggests a hyperparameter-only iteration (--methods none).
+LOW_HEADROOM = 0.10
 CATALOG_FILE = "optimization_catalog.md"
 SOURCE_INLINE_CHARS = 60_000  # a longer best kernel is named, not copied into brief.md
 EVIDENCE_FILES = (
@@ -100,6 +102,8 @@ class BriefMethod:
     summary: str  # the registry's one line
     evidence: str  # why it was selected (methods.json)
     card: str  # its card in references/optimization_catalog.md, without the heading
+    headroom: float | None = None  # the share of the kernel's time the evidence says it can unlock
+    headroom_why: str = ""  # the reading it came from (methods.json)
 
 
 @frozen
@@ -263,6 +267,8 @@ def _methods(folder: Path, methods: tuple[str, ...]) -> tuple[tuple[BriefMethod,
                 summary=method.summary if method else "not in the method registry",
                 evidence=pick.evidence if pick else "",
                 card=cards.get(method_id, "no card in references/optimization_catalog.md"),
+                headroom=pick.headroom if pick else None,
+                headroom_why=pick.headroom_why if pick else "",
             )
         )
     return tuple(found), selection.chosen_by, selection.why, selection.numerics_mode
@@ -511,9 +517,10 @@ def _md_methods(brief: Brief) -> str:
     )
     head = f"## Methods to implement (methods.json, {chooser})\n\nanalysis.md has the full selection.\n"
     if not brief.methods:
+        who = "The agent chose no method" if brief.chosen_by == "agent" else "No method passed the gates"
         return head + (
-            "\nNo method passed the gates: every branch carries `methods: []`, differs only in "
-            "hyperparameters, and there are no ablations.\n"
+            f"\n{who}: every branch carries `methods: []`, differs only in hyperparameters, and there are "
+            "no ablations.\n"
         )
     cards = [
         f"""### {m.id}
@@ -522,11 +529,36 @@ def _md_methods(brief: Brief) -> str:
 
 Why it was selected: {m.evidence or "not recorded"}
 
+Headroom: {_headroom(m)}
+
 {m.card}
 """
         for m in brief.methods
     ]
-    return head + "\n" + "\n".join(cards)
+    return head + _low_headroom_note(brief) + "\n" + "\n".join(cards)
+
+
+def _headroom(method: BriefMethod) -> str:
+    if method.headroom is None:
+        return f"unknown ({method.headroom_why or 'not recorded'})"
+    return f"{method.headroom:.2f} of the kernel's time ({method.headroom_why})"
+
+
+def low_headroom(methods: tuple[BriefMethod, ...]) -> bool:
+    """Every method's headroom is known and below LOW_HEADROOM: the scan's picks can unlock little."""
+    return bool(methods) and all(m.headroom is not None and m.headroom < LOW_HEADROOM for m in methods)
+
+
+def _low_headroom_note(brief: Brief) -> str:
+    if brief.chosen_by != "scan" or not low_headroom(brief.methods):
+        return ""
+    shares = ", ".join(f"{m.id} {m.headroom:.2f}" for m in brief.methods)
+    return (
+        f"\n**Little headroom**: the evidence gives every pick less than {LOW_HEADROOM:.0%} of the kernel's "
+        f"time ({shares}). If the kernel already has what they would add, choose no method and tune "
+        f"hyperparameters instead: `kopt select --state {brief.run_dir} --iter {brief.iteration} --methods "
+        'none --why "..."`, then resume once for the new brief (SKILL.md step 4).\n'
+    )
 
 
 def _md_learnt(brief: Brief) -> str:

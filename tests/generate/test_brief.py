@@ -131,6 +131,48 @@ def test_without_methods_every_branch_carries_none_and_there_are_no_ablations(pm
     assert "No method passed the gates" in text and "# Iteration 1: write 3 branches and 0 ablations" in text
 
 
+def _set_headrooms(run, headrooms: dict[str, float | None]) -> None:
+    path = run.iterv1 / "methods.json"
+    selection = json.loads(path.read_text())
+    for pick in selection["selected"]:
+        pick["headroom"] = headrooms[pick["id"]]
+        pick["headroom_why"] = f"headroom from a reading of {pick['id']}"
+    path.write_text(json.dumps(selection))
+
+
+@pytest.mark.parametrize(
+    ("shares", "noted"),
+    [
+        ((0.03, 0.09), True),  # every pick under 10%: the brief suggests a tuning-only iteration
+        ((0.03, 0.10), False),  # one at 10%: the scan stands
+        ((0.03, None), False),  # one unknown: nothing is claimed
+    ],
+)
+def test_brief_md_gives_each_pick_its_headroom_and_notes_when_all_are_small(pm, opened, shares, noted):
+    _set_headrooms(opened, dict(zip(opened.methods, shares, strict=True)))
+    brief, text = _brief(pm, opened)
+    assert [m["headroom"] for m in brief["methods"]] == list(shares)
+    first = opened.methods[0]
+    assert f"Headroom: 0.03 of the kernel's time (headroom from a reading of {first})" in text
+    if shares[1] is None:
+        assert f"Headroom: unknown (headroom from a reading of {opened.methods[1]})" in text
+    assert ("**Little headroom**" in text) is noted
+    if noted:
+        assert f"kopt select --state {opened.run_dir} --iter 1 --methods none" in text
+
+
+def test_an_agents_empty_choice_is_said_as_its_choice(pm, make_run):
+    run = make_run(methods=())
+    _, text = _brief(pm, run)
+    assert "No method passed the gates" in text
+    methods = json.loads((run.iterv1 / "methods.json").read_text())
+    methods.update(chosen_by="agent", why="tune only")
+    (run.iterv1 / "methods.json").write_text(json.dumps(methods))
+    _, text = _brief(pm, run)
+    assert "The agent chose no method: every branch carries `methods: []`" in text
+    assert "chosen by an agent: tune only" in text
+
+
 def test_no_brief_without_the_iterations_profile(pm, opened):
     (opened.iterv1 / "roofline.json").unlink()
     with pytest.raises(ConfigError) as error:

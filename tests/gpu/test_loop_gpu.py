@@ -43,7 +43,8 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from kopt_core.records.loop import AblationSpec, BranchSpec, Candidates  # noqa: E402 (after the GPU skip)
+from kopt_core.generate.brief import LOW_HEADROOM  # noqa: E402 (after the GPU skip)
+from kopt_core.records.loop import AblationSpec, BranchSpec, Candidates  # noqa: E402
 from kopt_core.run.candidates import write_candidates  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -524,21 +525,18 @@ class AgentRun:
     last: dict[str, Any]  # the last `kopt optimize` envelope's result
 
 
-# Below this headroom (the share of the kernel's time the evidence says a method can unlock) the agent
-# reads the scan's picks as not worth an iteration and chooses none (SKILL.md step 4).
-LOW_HEADROOM = 0.10
-
-
 def overrule_small_picks(kopt: Kopt, run: Path, iteration: int) -> str | None:
     """SKILL.md step 4 as this agent practises it: when every pick of the scan has a headroom below
-    LOW_HEADROOM, choose no method (a hyperparameter-only iteration) with the reason, then resume once
-    so that kopt writes the brief for that choice. Returns the reason, or None when the scan stands."""
+    LOW_HEADROOM (brief.md then says "Little headroom"), choose no method (a hyperparameter-only
+    iteration) with the reason, then resume once so that kopt writes the brief for that choice. Returns
+    the reason, or None when the scan stands."""
     selection = read(run / f"iterv{iteration}" / "methods.json")
     picks = selection["selected"]
     if selection["chosen_by"] != "scan" or not picks:
         return None
     if any(pick.get("headroom") is None or pick["headroom"] >= LOW_HEADROOM for pick in picks):
         return None
+    assert "**Little headroom**" in (run / f"iterv{iteration}" / "brief.md").read_text()  # as the brief says
     shares = ", ".join(f"{pick['id']} {pick['headroom']:.2f}" for pick in picks)
     why = (
         f"the scan's picks can unlock little of the kernel's time (headroom {shares}); the champion already "
