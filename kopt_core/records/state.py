@@ -6,6 +6,7 @@ the previous state readable and can be run again.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -134,6 +135,12 @@ class RooflineHistoryEntry:
         )
 
 
+def _positive_seconds(_instance: object, attribute: Any, value: object) -> None:
+    """A hand-edited state.json cannot set a limit of no time, a negative one or none at all."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ValueError(f"{attribute.name} must be a positive, finite number of seconds, got {value!r}")
+
+
 @frozen
 class State:
     """state.json, schema v7: every field docs/loop.md lists."""
@@ -154,7 +161,7 @@ class State:
     numerics_mode: str = "reference"  # reference | strict | approximate
     # Each compute-sanitizer tool's run on a branch is stopped after this long; race_safe is then unknown
     # (explore's race check, docs/measurement.md). Absent from a state.json written before it: this default.
-    sanitizer_timeout_s: float = SANITIZER_TIMEOUT_S
+    sanitizer_timeout_s: float = field(default=SANITIZER_TIMEOUT_S, validator=_positive_seconds)
     selected_methods: tuple[str, ...] = field(default=(), converter=as_tuple)
     effective_methods: tuple[str, ...] = field(default=(), converter=as_tuple)
     ineffective_methods: tuple[str, ...] = field(default=(), converter=as_tuple)

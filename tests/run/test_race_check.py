@@ -130,3 +130,20 @@ def test_a_run_without_a_limit_in_its_state_gets_the_default(tmp_path):
     del data["sanitizer_timeout_s"]  # a state.json written before the field
     write_json(store.state_path, data)
     assert store.load().sanitizer_timeout_s == SANITIZER_TIMEOUT_S == 120.0
+
+
+@pytest.mark.parametrize("bad", ["0", "-5", '"60"', "null", "true", "Infinity", "NaN"])
+def test_a_hand_edited_limit_that_is_no_limit_is_a_config_error(tmp_path, bad):
+    from kopt_core.errors import ConfigError
+    from kopt_core.jsonio import read_json, write_json
+    from kopt_core.run.store import RunStore
+
+    store = RunStore(tmp_path)
+    store.save(state(tmp_path))
+    data = read_json(store.state_path)
+    data["sanitizer_timeout_s"] = "LIMIT"
+    write_json(store.state_path, data)
+    text = store.state_path.read_text().replace('"LIMIT"', bad)  # the JSON literal as a hand would write it
+    store.state_path.write_text(text)
+    with pytest.raises(ConfigError, match="sanitizer_timeout_s"):
+        store.load()
