@@ -544,13 +544,13 @@ def _headroom(method: BriefMethod) -> str:
     return f"{method.headroom:.2f} of the kernel's time ({method.headroom_why})"
 
 
-def low_headroom(methods: tuple[BriefMethod, ...]) -> bool:
+def _low_headroom(methods: tuple[BriefMethod, ...]) -> bool:
     """Every method's headroom is known and below LOW_HEADROOM: the scan's picks can unlock little."""
     return bool(methods) and all(m.headroom is not None and m.headroom < LOW_HEADROOM for m in methods)
 
 
 def _low_headroom_note(brief: Brief) -> str:
-    if brief.chosen_by != "scan" or not low_headroom(brief.methods):
+    if brief.chosen_by != "scan" or not _low_headroom(brief.methods):
         return ""
     shares = ", ".join(f"{m.id} {m.headroom:.2f}" for m in brief.methods)
     return (

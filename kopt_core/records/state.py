@@ -135,9 +135,14 @@ class RooflineHistoryEntry:
         )
 
 
+def is_positive_seconds(value: object) -> bool:
+    """A positive, finite number of seconds (a bool is not one): what a time limit may be."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value < math.inf
+
+
 def _positive_seconds(_instance: object, attribute: Any, value: object) -> None:
     """A hand-edited state.json cannot set a limit of no time, a negative one or none at all."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+    if not is_positive_seconds(value):
         raise ValueError(f"{attribute.name} must be a positive, finite number of seconds, got {value!r}")
 
 

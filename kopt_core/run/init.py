@@ -8,13 +8,12 @@ only: iteration folders appear later, after their gates pass.
 
 from __future__ import annotations
 
-import math
 import shutil
 from datetime import datetime
 from pathlib import Path
 
 from kopt_core.errors import ConfigError
-from kopt_core.records.state import SANITIZER_TIMEOUT_S, State
+from kopt_core.records.state import SANITIZER_TIMEOUT_S, State, is_positive_seconds
 from kopt_core.run.layout import baseline_dir, new_run_dir
 from kopt_core.run.store import RunStore, read_env
 from kopt_core.steps.bench import static_contract
@@ -40,7 +39,7 @@ def normalize_compile_jobs(value) -> str:
 
 def normalize_sanitizer_timeout(value) -> float:
     """A positive, finite number of seconds (state.json's sanitizer_timeout_s), or ConfigError (exit 4)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+    if not is_positive_seconds(value):
         raise ConfigError(f"--sanitizer-timeout must be a positive, finite number of seconds, got {value!r}")
     return float(value)
 

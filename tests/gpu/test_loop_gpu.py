@@ -526,17 +526,15 @@ class AgentRun:
 
 
 def overrule_small_picks(kopt: Kopt, run: Path, iteration: int) -> str | None:
-    """SKILL.md step 4 as this agent practises it: when every pick of the scan has a headroom below
-    LOW_HEADROOM (brief.md then says "Little headroom"), choose no method (a hyperparameter-only
-    iteration) with the reason, then resume once so that kopt writes the brief for that choice. Returns
-    the reason, or None when the scan stands."""
-    selection = read(run / f"iterv{iteration}" / "methods.json")
-    picks = selection["selected"]
-    if selection["chosen_by"] != "scan" or not picks:
+    """SKILL.md step 4 as this agent practises it: when brief.md says "Little headroom" (every pick of the
+    scan under LOW_HEADROOM of the kernel's time), choose no method (a hyperparameter-only iteration) with
+    the reason, then resume once so that kopt writes the brief for that choice. Returns the reason, or
+    None when the scan stands."""
+    folder = run / f"iterv{iteration}"
+    if "**Little headroom**" not in (folder / "brief.md").read_text():
         return None
-    if any(pick.get("headroom") is None or pick["headroom"] >= LOW_HEADROOM for pick in picks):
-        return None
-    assert "**Little headroom**" in (run / f"iterv{iteration}" / "brief.md").read_text()  # as the brief says
+    picks = read(folder / "brief.json")["methods"]
+    assert picks and all(pick["headroom"] < LOW_HEADROOM for pick in picks), picks  # what the note says
     shares = ", ".join(f"{pick['id']} {pick['headroom']:.2f}" for pick in picks)
     why = (
         f"the scan's picks can unlock little of the kernel's time (headroom {shares}); the champion already "
