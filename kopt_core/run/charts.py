@@ -121,6 +121,7 @@ def speedup_chart(
     path,
     *,
     title: str = "",
+    speedup_note: str = "baseline median time / the iteration champion's (cumulative over the baseline)",
     interval_note: str = "from both medians' intervals",
 ) -> Path:
     """Write the cumulative speedup per iteration as a 1600 x 1000 px PNG to ``path``; return it.
@@ -138,7 +139,7 @@ def speedup_chart(
     target.parent.mkdir(parents=True, exist_ok=True)
     fig = chart_figure()
     notes = [
-        "speedup: baseline median time / the iteration champion's (cumulative over the baseline); "
+        f"speedup: {speedup_note}; "
         f"error bars: 95% interval {interval_note}"
     ]
     if g.missing:

@@ -463,6 +463,7 @@ def test_update_in_run_reads_the_evidence_and_saves_the_state(tmp_path):
     summary = (store.run_dir / "summary.md").read_text()
     assert "| b2 (champion) | yes | yes | yes | - | yes |" in summary
     assert "- the champion's race check: no check applies" in summary  # why race-safe reads "-"
+    assert "- chained paired speedup: 1.300x" in summary
     # again: nothing changes
     saved = (store.run_dir / "state.json").read_text()
     assert update_in_run(store, 1) == state
@@ -510,3 +511,31 @@ def test_update_in_run_goes_in_order(tmp_path):
     write_iteration(store.run_dir)
     with pytest.raises(ConfigError, match="after iteration 2"):
         update_in_run(store, 1)
+
+
+def chain_state(*entries: HistoryEntry):
+    return attrs.evolve(make_state(Path("/run")), history=tuple(entries))
+
+
+def test_the_paired_chain_multiplies_only_promotions_and_the_chart_draws_it():
+    from kopt_core.run.summary import _speedup_points, paired_chain
+
+    def entry(i: int, best: float, speedup: float | None, promoted: bool | None, ci=None) -> HistoryEntry:
+        return HistoryEntry(i, f"iterv{i}/kernel.cu", best, promoted=promoted, speedup=speedup, speedup_ci=ci)
+
+    # the H200 agent flow of 2026-12-01: 7.260x, then 1.030x; the medians say 3.1535/0.4231 = 7.453x
+    state = chain_state(
+        entry(1, 0.43283, 7.260, True, (7.209, 7.283)),
+        entry(2, 0.43283, 0.99, False, (0.98, 1.0)),
+        entry(3, 0.4231, 1.030, True, (1.0296, 1.0310)),
+    )
+    chain = paired_chain(state, 3.1535)
+    assert chain == pytest.approx([1.0, 7.260, 7.260, 7.260 * 1.030])
+    points = _speedup_points(state, 3.1535)
+    assert [p.speedup for p in points] == pytest.approx([7.260, 7.260 * 0.99, 7.260 * 1.030])
+    assert (points[2].ci_low, points[2].ci_high) == pytest.approx((7.260 * 1.0296, 7.260 * 1.0310))
+    assert [p.promoted for p in points] == [True, False, True]
+    # a promotion recorded before v7 has no paired speedup: the ratio of medians carries the chain
+    old = chain_state(entry(1, 0.5, None, True), entry(2, 0.25, 2.0, True))
+    assert paired_chain(old, 3.0) == pytest.approx([1.0, 6.0, 12.0])
+    assert paired_chain(old, None) == [1.0, None, None]
