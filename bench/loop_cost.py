@@ -3,7 +3,8 @@
 Run on the GPU machine from anywhere in the checkout:
 
     python bench/loop_cost.py [--size 1408] [--copies 4] [--repeats 3] [--build-repeats 3] [--parts 1,2,3]
-                              [--iteration RUN_DIR ITER | --make-run DIR] [--out DIR] [--quick]
+                              [--iteration RUN_DIR ITER | --make-run DIR [--driver steps|optimize]]
+                              [--out DIR] [--quick]
 
 and, on a machine without a GPU, as a smoke test of the first part (the example PyTorch backend on the
 CPU; the targets are the H200's and do not apply there):
@@ -19,8 +20,10 @@ CPU; the targets are the H200's and do not apply there):
    (a) as explore does, through ONE WorkerExecutor: the wall time from opening it to the last result,
    worker start included; (b) one-shot, ``run_worker`` per candidate: a fresh worker process (Python,
    torch, a CUDA context) for each. The target applies to correctness + timing through the executor,
-   (a) / K; explore's whole cost per candidate, (warm build + (a)) / K, is reported beside it. Not
-   counted: explore's compute-sanitizer race check and the promotion pairing (part 3 counts them).
+   (a) / K; explore's whole cost per candidate, (warm build + (a)) / K, is reported beside it. (d): as
+   `kopt optimize` runs explore: the steps of one process share one worker (``SharedExecutor``), so the
+   worker is already up from an earlier step (its command not counted) and only the candidates are timed.
+   Not counted: explore's compute-sanitizer race check and the promotion pairing (part 3 counts them).
    Before any timing, one untimed bench starts the GPU and fills the page cache.
 2. Four CUDA builds against one (target: at most 1.3x, on the 16-CPU host): bench/build_pool_cost.py,
    run as it is (its own table and raw.json land in OUT/build_pool/).
@@ -35,8 +38,11 @@ CPU; the targets are the H200's and do not apply there):
    Then the steps run as a driver runs them, one CLI process each, in order: ``kopt explore``, ``kopt
    profile --which kernel``, ``kopt ablate``, ``kopt sass``, ``kopt update``; the sum of their wall times
    is what the target is about (Python start and imports included; the build cache as the run left it,
-   reported from explore.json). The run is changed: the iteration is explored and closed. The first step
-   that fails ends the part.
+   reported from explore.json). With --driver optimize (and --make-run), the run is made the way SKILL.md
+   makes it, `kopt optimize --generator agent --iterations 1 --k 4` (exit 0, awaiting candidates), the
+   kernels are written, and the iteration is one process, `kopt optimize --resume RUN` (explore to
+   update, and the summary), with the steps it logged listed. The run is changed: the iteration is
+   explored and closed. The first step that fails ends the part.
 
 Writes table.md and raw.json to --out. Exit status 1 when a target that applies is missed, 2 when
 something failed (a build, a bench, a step of the iteration), 0 otherwise.
@@ -48,6 +54,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -60,7 +67,7 @@ from typing import Any
 
 import attrs
 
-from kopt_core.bench.executor import WorkerExecutor
+from kopt_core.bench.executor import SharedExecutor, WorkerExecutor
 from kopt_core.bench.runner import run_worker
 from kopt_core.jsonio import write_json
 from kopt_core.plugins import PluginManager, get_plugin_manager
@@ -79,6 +86,8 @@ LOOP_KERNELS = REPO / "tests" / "gpu_kernels" / "loop" / "sgemm"
 PER_CANDIDATE_TARGET_S = 1.5
 ITERATION_TARGET_S = 90.0
 STEP_TIMEOUT_S = 1800  # one CLI step of the iteration; far above the target, so a hang still ends
+OPTIMIZE_STEP = "kopt optimize --resume"
+LOGGED_STEP = re.compile(r"^kopt: (.+): done in ([0-9.]+) s$", re.MULTILINE)
 ITERATION_STEPS = (
     ("explore", ["explore"]),
     ("profile the champion", ["profile", "--which", "kernel"]),
@@ -169,6 +178,28 @@ def through_executor(requests: list[BenchRequest], before=None) -> dict[str, Any
     return _sample(wall, each, _checked(results), workers)
 
 
+def through_shared(requests: list[BenchRequest]) -> dict[str, Any]:
+    """(d): explore as `kopt optimize` runs it: the process's shared worker (``SharedExecutor``) is already
+    up, started by an earlier step of the same process (the seed's A/A pairing, an earlier iteration),
+    whose command is not counted; the wall time counts the candidates only."""
+    shared = SharedExecutor()
+    try:
+        with shared() as earlier_step:
+            _checked([earlier_step.bench(requests[0])])
+        started = time.perf_counter()
+        each, results = [], []
+        with shared() as step:
+            for request in requests:
+                begun = time.perf_counter()
+                results.append(step.bench(request))
+                each.append(time.perf_counter() - begun)
+            workers = step.workers_started
+        wall = time.perf_counter() - started
+    finally:
+        shared.close()
+    return _sample(wall, each, _checked(results), workers)
+
+
 def one_shot(requests: list[BenchRequest]) -> dict[str, Any]:
     """(b): run_worker per candidate, a fresh worker process each."""
     started = time.perf_counter()
@@ -217,10 +248,10 @@ def per_candidate(pm: PluginManager, args: argparse.Namespace) -> dict[str, Any]
         print(
             f"  warm-up bench (not counted): {time.perf_counter() - begun:.1f} s", file=sys.stderr, flush=True
         )
-        raw["executor"], raw["one_shot"], raw["explore_way"] = [], [], []
+        raw["executor"], raw["one_shot"], raw["explore_way"], raw["shared"] = [], [], [], []
         for repeat in range(args.repeats):
             # Alternate which way goes first, so that neither always runs on a GPU the other just warmed.
-            ways = [("executor", through_executor), ("one_shot", one_shot)]
+            ways = [("executor", through_executor), ("one_shot", one_shot), ("shared", through_shared)]
             if args.backend == "cuda":
                 ways.append(("explore_way", lambda r: through_executor(r, rebuild)))
             for key, way in ways if repeat % 2 == 0 else reversed(ways):
@@ -260,11 +291,23 @@ def per_candidate_table(raw: dict[str, Any], applies: bool) -> tuple[str, bool]:
             f"| (c) as explore runs now: worker started, then the warm builds, then (a); builds included "
             f"| {way:.2f} s | {way / k:.2f} s | 1 |"
         )
+    shared = statistics.median(s["wall_s"] for s in raw["shared"]) if raw.get("shared") else None
+    if shared is not None:
+        rows.append(
+            f"| (d) as `kopt optimize` runs it: the process's worker already up from an earlier step "
+            f"| {shared:.2f} s | {shared / k:.2f} s | 1 |"
+        )
     suffix = "" if applies else " (n/a on this backend)"
     target = f"target <= {PER_CANDIDATE_TARGET_S} s: {'met' if met else 'MISSED'}{suffix}"
+    in_optimize = (
+        ""
+        if shared is None
+        else f"In `kopt optimize`, (d) / {k}: {shared / k:.2f} s; target <= {PER_CANDIDATE_TARGET_S} s: "
+        f"{'met' if shared / k <= PER_CANDIDATE_TARGET_S else 'MISSED'}{suffix}. "
+    )
     summary = (
-        f"correctness + timing per candidate through one executor, (a) / {k}: {executor / k:.2f} s; "
-        f"{target}. "
+        f"correctness + timing per candidate through one executor started for the explore (a standalone "
+        f"`kopt explore`), (a) / {k}: {executor / k:.2f} s; {target}. {in_optimize}"
         f"With the warm build, explore's cost per candidate: {explore_each:.2f} s. "
         f"One-shot costs {shot / max(executor, 1e-9):.2f}x the executor. "
         f"Kernel median {_ms(kernel_ms)} ms; the worker's own time per candidate in (a) {worker_s:.2f} s "
@@ -346,12 +389,14 @@ def cli_step(label: str, words: list[str]) -> dict[str, Any]:
         "exit_code": code,
         "seconds": seconds,
         "stdout_tail": stdout[-4000:],
-        "stderr_tail": stderr[-4000:],
+        "stderr_tail": stderr[-20000:],
     }
 
 
-def iteration(run_dir: Path, number: int) -> dict[str, Any]:
-    """Time the steps of iteration ``number`` of ``run_dir``, explore to update, one process each."""
+def iteration(run_dir: Path, number: int, driver: str = "steps") -> dict[str, Any]:
+    """Time the steps of iteration ``number`` of ``run_dir``, explore to update: one process each
+    (``driver`` steps), or all in `kopt optimize --resume` (optimize; the run must have been made by
+    `kopt optimize` and await its candidates, and the iteration must be its last)."""
     folder = iteration_dir(run_dir, number)
     if not (folder / CANDIDATES_FILE).is_file():
         raise RuntimeError(f"{folder / CANDIDATES_FILE} does not exist: write the iteration's kernels first")
@@ -360,17 +405,40 @@ def iteration(run_dir: Path, number: int) -> dict[str, Any]:
             f"{folder / EXPLORE_FILE} exists: iteration {number} is explored already, so its steps would "
             "time nothing. Give an iteration whose kernels are written and not yet explored"
         )
-    print(f"part 3: iteration {number} of {run_dir}", file=sys.stderr, flush=True)
+    print(f"part 3: iteration {number} of {run_dir} ({driver})", file=sys.stderr, flush=True)
     steps = []
+    if driver == "optimize":
+        steps.append(cli_step(OPTIMIZE_STEP, ["optimize", "--resume", str(run_dir), "--json"]))
+        return {
+            "run_dir": str(run_dir),
+            "iteration": number,
+            "driver": driver,
+            "steps": steps,
+            "logged": logged_steps(steps[0]["stderr_tail"]),
+            **_iteration_facts(folder),
+        }
     for label, words in ITERATION_STEPS:
         run_form = [words[0], "--state", str(run_dir), "--iter", str(number), *words[1:], "--json"]
         steps.append(cli_step(label, run_form))
         if steps[-1]["exit_code"] != 0:
             break
-    return {"run_dir": str(run_dir), "iteration": number, "steps": steps, **_iteration_facts(folder)}
+    return {
+        "run_dir": str(run_dir),
+        "iteration": number,
+        "driver": driver,
+        "steps": steps,
+        **_iteration_facts(folder),
+    }
 
 
-def make_run(folder: Path, size: int) -> tuple[Path, list[dict[str, Any]], dict[str, Any]]:
+def logged_steps(stderr: str) -> list[tuple[str, float]]:
+    """The steps kopt logged off a terminal ("kopt: WHAT: done in S s"), in order: where the time went."""
+    return [(m.group(1), float(m.group(2))) for m in LOGGED_STEP.finditer(stderr)]
+
+
+def make_run(
+    folder: Path, size: int, driver: str = "steps"
+) -> tuple[Path, list[dict[str, Any]], dict[str, Any]]:
     """A run of examples/cuda/sgemm_naive at M=N=K=``size`` in ``folder`` (new or empty), made by the CLI
     (gate, init, seed, iter open, select), with iteration 1's kernels written from LOOP_KERNELS: its
     branches b*/kernel.cu and one ablation per method, ablations/<method>/kernel.cu. The branches
@@ -388,6 +456,8 @@ def make_run(folder: Path, size: int) -> tuple[Path, list[dict[str, Any]], dict[
     methods = tuple(sorted(p.parent.name for p in (LOOP_KERNELS / "ablations").glob("*/kernel.cu")))
     print(f"part 3: making a run in {folder} ({len(branches)} branches, methods {methods})", file=sys.stderr)
     dims = [f"--M={size}", f"--N={size}", f"--K={size}"]
+    if driver == "optimize":
+        return _make_run_optimize(folder, dims, branches, methods)
     setup = [cli_step("gate", ["gate", "--out", str(folder / "env.json"), "--backend", "cuda", "--json"])]
     if setup[-1]["exit_code"] != 0:
         raise SetupFailed(setup)
@@ -408,6 +478,24 @@ def make_run(folder: Path, size: int) -> tuple[Path, list[dict[str, Any]], dict[
             raise SetupFailed(setup)
     methods_note = write_iteration_kernels(iteration_dir(run_dir, 1), branches, methods)
     return run_dir, setup, methods_note
+
+
+def _make_run_optimize(
+    folder: Path, dims: list[str], branches: list[Path], methods: tuple[str, ...]
+) -> tuple[Path, list[dict[str, Any]], dict[str, Any]]:
+    """The run as `kopt optimize --generator agent --iterations 1` makes it: gate, init, seed, iteration 1
+    opened, selected and briefed, then exit 0 awaiting candidates (SKILL.md's flow)."""
+    words = ["optimize", "--baseline", str(folder / "kernel.cu"), "--ref", str(folder / "ref.py"), *dims]
+    words += ["--generator", "agent", "--iterations", "1", "--k", str(len(branches)), "--json"]
+    setup = [cli_step("kopt optimize (gate, init, seed, iteration 1 opened, selected, briefed)", words)]
+    try:
+        result = json.loads(setup[-1]["stdout_tail"])["result"]
+        run_dir = Path(result["run_dir"])
+    except (ValueError, KeyError, TypeError):
+        raise SetupFailed(setup) from None
+    if result.get("status") != "awaiting_candidates":
+        raise SetupFailed(setup)
+    return run_dir, setup, write_iteration_kernels(iteration_dir(run_dir, 1), branches, methods)
 
 
 class SetupFailed(RuntimeError):
@@ -518,10 +606,12 @@ def _attribution_facts(document: dict[str, Any]) -> dict[str, Any]:
 def iteration_table(raw: dict[str, Any]) -> tuple[str, bool, bool]:
     """(the table, whether the target is met, whether every step ran and succeeded)."""
     steps = raw["steps"]
-    complete = len(steps) == len(ITERATION_STEPS) and all(s["exit_code"] == 0 for s in steps)
+    expected = 1 if raw.get("driver") == "optimize" else len(ITERATION_STEPS)
+    complete = len(steps) == expected and all(s["exit_code"] == 0 for s in steps)
     total = sum(s["seconds"] for s in steps)
     rows = ["| step | exit | wall |", "|---|---|---|"]
     rows += [f"| {s['step']} | {s['exit_code']} | {s['seconds']:.1f} s |" for s in steps]
+    rows += [f"| - {what} (logged) | | {seconds:.1f} s |" for what, seconds in raw.get("logged", [])]
     rows.append(f"| whole iteration | | {total:.1f} s |")
     met = complete and total <= ITERATION_TARGET_S
     facts = ", ".join(
@@ -581,6 +671,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="DIR",
         help="part 3 on a run made here (new or empty DIR) from tests/gpu_kernels/loop/sgemm, then timed",
     )
+    parser.add_argument(
+        "--driver",
+        choices=("steps", "optimize"),
+        default="steps",
+        help="part 3 with --make-run: one CLI process a step (steps), or the run made by `kopt optimize "
+        "--generator agent` and the iteration run by `kopt optimize --resume`, one process (optimize)",
+    )
     parser.add_argument("--quick", action="store_true", help="a short smoke run: 1 repeat of each part")
     parser.add_argument(
         "--out",
@@ -603,6 +700,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("part 3 needs a run: --iteration RUN_DIR ITER or --make-run DIR")
     if args.iteration is not None and args.make_run is not None:
         parser.error("--iteration and --make-run are two ways to give part 3 its run: choose one")
+    if args.driver == "optimize" and args.make_run is None:
+        parser.error("--driver optimize makes its run: give --make-run DIR")
     if args.iteration is not None and not args.iteration[1].isdigit():
         parser.error("--iteration takes RUN_DIR and a positive iteration number")
     return args
@@ -638,16 +737,21 @@ def main(argv: list[str] | None = None) -> int:
     if "3" in args.parts:
         try:
             if args.make_run is not None:
-                run_dir, setup, methods_note = make_run(args.make_run.resolve(), args.size)
+                run_dir, setup, methods_note = make_run(args.make_run.resolve(), args.size, args.driver)
                 raw["make_run"] = {"run_dir": str(run_dir), "setup": setup, "methods": methods_note}
                 number = 1
             else:
                 run_dir, number = Path(args.iteration[0]).resolve(), int(args.iteration[1])
-            raw["iteration"] = iteration(run_dir, number)
+            raw["iteration"] = iteration(run_dir, number, args.driver)
             text, met, complete = iteration_table(raw["iteration"])
             if "make_run" in raw:
                 text += make_run_text(raw["make_run"])
-            sections.append(f"## 3. a whole iteration, one CLI process a step\n\n{text}")
+            how = (
+                "one CLI process a step"
+                if args.driver == "steps"
+                else "`kopt optimize --resume`, one process"
+            )
+            sections.append(f"## 3. a whole iteration, {how}\n\n{text}")
             if not complete:
                 failures.append("part 3: a step of the iteration failed")
             elif not met:

@@ -31,6 +31,12 @@ IMPORT_TIMEOUT_S = 60.0
 # Fingerprints of reference files whose import a child already checked, so that kopt's own children (the
 # bench worker, the profiled target) inherit the check instead of repeating it.
 CHECKED_ENV = "KOPT_REFERENCE_CHECKED"
+# The same, kept on disk so that the next kopt process (each step of a driver is one; a worker started
+# before its parent's check finished) does not repeat it either: a child's import costs seconds (Python
+# and torch). An entry is an empty file named by the fingerprint, which covers the file's path and content,
+# its sibling .py files (what it can import from its folder) and the Python that imported it. Only a
+# check that passed is kept.
+CHECKS_FOLDER = "reference-checks"
 
 # Tolerances when the reference file gives none: what that dtype's arithmetic can be expected to meet
 # against a reference computed in the same dtype (docs/measurement.md, "Correctness").
@@ -246,7 +252,43 @@ def _fingerprint(path: Path) -> str:
         content = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"reference file {path} cannot be read: {exc.strerror or exc}") from None
-    return hashlib.sha256(str(path.resolve()).encode() + b"\0" + content).hexdigest()[:32]
+    digest = hashlib.sha256()
+    for part in (sys.executable.encode(), str(path.resolve()).encode(), content, *_siblings(path)):
+        digest.update(len(part).to_bytes(8, "little") + part)
+    return digest.hexdigest()[:32]
+
+
+def _siblings(path: Path) -> list[bytes]:
+    """The other .py files of the reference's folder, by name, size and modification time."""
+    try:
+        entries = sorted(p for p in path.resolve().parent.glob("*.py") if p.name != path.name)
+        return [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}".encode() for p in entries[:200]]
+    except OSError:
+        return []
+
+
+def checks_dir() -> Path:
+    """Where passed reference checks are remembered: $XDG_CACHE_HOME/kopt/reference-checks (by default
+    ~/.cache/kopt/reference-checks)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kopt" / CHECKS_FOLDER
+
+
+def _checked_on_disk(fingerprint: str) -> bool:
+    try:
+        return (checks_dir() / fingerprint).is_file()
+    except OSError:
+        return False
+
+
+def _remember(fingerprint: str) -> None:
+    """Keep a passed check on disk; a cache that cannot be written only costs the next process a check."""
+    try:
+        folder = checks_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / fingerprint).touch()
+    except OSError:
+        pass
 
 
 def _check_in_child(path: Path) -> None:
@@ -255,6 +297,9 @@ def _check_in_child(path: Path) -> None:
     fingerprint = _fingerprint(path)
     checked = os.environ.get(CHECKED_ENV, "").split()
     if fingerprint in checked:
+        return
+    if _checked_on_disk(fingerprint):
+        os.environ[CHECKED_ENV] = " ".join([*checked[-15:], fingerprint])
         return
     with tempfile.TemporaryDirectory(prefix="kopt-reference-") as scratch:
         report_path = Path(scratch) / "report.json"
@@ -268,6 +313,7 @@ def _check_in_child(path: Path) -> None:
             report = None
     if isinstance(report, dict) and report.get("ok") is True:
         os.environ[CHECKED_ENV] = " ".join([*checked[-15:], fingerprint])
+        _remember(fingerprint)
         return
     if isinstance(report, dict) and isinstance(report.get("message"), str):
         raise ConfigError(report["message"], hint=report.get("hint") or None)

@@ -34,6 +34,7 @@ leaves the last result file it wrote: that is what the failed record keeps.
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import json
 import os
@@ -127,6 +128,7 @@ class _Worker:
         self.pending = b""  # bytes of a reply line not complete yet
         self.stopped = False
         self.busy = False  # a command was sent and not answered
+        self.served = False  # a command was ever sent
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -222,8 +224,10 @@ class WorkerExecutor:
     def close(self) -> None:
         if self._worker is not None:
             # An idle worker exits at the end of its input; one still running a command (the caller was
-            # interrupted) is killed at once.
-            self._worker.stop(grace_s=0 if self._worker.busy else CLOSE_GRACE_S)
+            # interrupted), or one that never got a command (it may still be importing torch and has
+            # nothing to finish), is killed at once.
+            idle_after_work = self._worker.served and not self._worker.busy
+            self._worker.stop(grace_s=CLOSE_GRACE_S if idle_after_work else 0)
             self._worker = None
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
@@ -278,7 +282,7 @@ class WorkerExecutor:
             worker.commands.flush()
         except (BrokenPipeError, OSError):
             return self._ended(worker), False
-        worker.busy = True
+        worker.busy = worker.served = True
         poller = select.poll()  # not select(): it cannot watch a descriptor numbered above 1023
         poller.register(worker.replies, select.POLLIN)
         while True:
@@ -365,4 +369,90 @@ class WorkerExecutor:
             self._worker = None
 
 
-__all__ = ["Executor", "PairedPlan", "PairedRequest", "WorkerExecutor"]
+def _spawn_context() -> tuple[str, tuple[tuple[str, str], ...]]:
+    """What a worker inherits when it starts and cannot take in later: the working folder and the
+    environment (less the reference checks, which only spare a worker work it would otherwise do)."""
+    from kopt_core.reference import CHECKED_ENV
+
+    return os.getcwd(), tuple(sorted((k, v) for k, v in os.environ.items() if k != CHECKED_ENV))
+
+
+class _Borrowed:
+    """A step's use of the shared executor: everything but closing it."""
+
+    def __init__(self, executor: WorkerExecutor) -> None:
+        self._executor = executor
+
+    def start(self) -> None:
+        self._executor.start()
+
+    def bench(self, request: BenchRequest) -> BenchResult:
+        return self._executor.bench(request)
+
+    def paired(self, a: BenchRequest, b: BenchRequest, plan: PairedPlan) -> PairedMeasurement:
+        return self._executor.paired(a, b, plan)
+
+    @property
+    def workers_started(self) -> int:
+        return self._executor.workers_started
+
+    @property
+    def pid(self) -> int | None:
+        return self._executor.pid
+
+    def close(self) -> None:
+        """The step is done with it; the worker stays for the next step. A worker its last command
+        replaced is started again now, so that it comes up while the process does something else (explore's
+        race check before its promotion pairing, the champion's profile before ablate)."""
+        self._executor.start()
+
+    def __enter__(self) -> _Borrowed:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class SharedExecutor:
+    """One WorkerExecutor that the steps of one process borrow in turn: explore, its promotion pairing,
+    ablate, the seed's A/A pairing and the search each used to start a worker of their own, and each start
+    costs seconds (Python, torch, a CUDA context: about 5 s on the H200 host). Calling it gives the step
+    a borrowed executor whose ``close`` leaves the worker running; ``close`` on this object (at the
+    process's exit, registered once) stops it.
+
+    Everything the module docstring says of a worker still holds: a command that is not ok replaces it,
+    and every command builds its state afresh; the replacement is started when the step's borrow ends
+    rather than at the next step's first command. A worker cannot take in a change of the environment or the
+    working folder after it started, so a borrow that finds either changed since the executor was made
+    stops it and makes a new one."""
+
+    def __init__(self, factory: type[WorkerExecutor] = WorkerExecutor) -> None:
+        self._factory = factory
+        self._executor: WorkerExecutor | None = None
+        self._context: tuple[str, tuple[tuple[str, str], ...]] | None = None
+        self._registered = False
+
+    def __call__(self) -> _Borrowed:
+        context = _spawn_context()
+        if self._executor is not None and context != self._context:
+            self.close()
+        if self._executor is None:
+            self._executor, self._context = self._factory(), context
+            if not self._registered:
+                atexit.register(self.close)
+                self._registered = True
+        return _Borrowed(self._executor)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
+
+
+# The executor the steps use unless they are given one: one worker for the whole process.
+shared_executor = SharedExecutor()
+
+
+__all__ = ["Executor", "PairedPlan", "PairedRequest", "SharedExecutor", "WorkerExecutor", "shared_executor"]

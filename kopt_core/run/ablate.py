@@ -17,7 +17,7 @@ from pathlib import Path
 import attrs
 
 from kopt_core import progress
-from kopt_core.bench.executor import PairedPlan, WorkerExecutor
+from kopt_core.bench.executor import PairedPlan, shared_executor
 from kopt_core.bench.paired import attribution
 from kopt_core.errors import ConfigError, KoptError
 from kopt_core.jsonio import write_json
@@ -46,7 +46,7 @@ def ablate_iteration(
     store: RunStore,
     iteration: int,
     *,
-    executor: ExecutorFactory = WorkerExecutor,
+    executor: ExecutorFactory = shared_executor,
     plan: PairedPlan | None = None,
 ) -> AttributionRecord:
     """Attribute the champion's time to each method of iteration ``iteration``; attribution.json."""

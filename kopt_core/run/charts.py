@@ -138,10 +138,7 @@ def speedup_chart(
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fig = chart_figure()
-    notes = [
-        f"speedup: {speedup_note}; "
-        f"error bars: 95% interval {interval_note}"
-    ]
+    notes = [f"speedup: {speedup_note}; error bars: 95% interval {interval_note}"]
     if g.missing:
         notes.append("no result: " + ", ".join(g.names[g.iterations.index(i)] for i in g.missing))
     bottom = footnote_space(notes) + 0.14

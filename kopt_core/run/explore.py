@@ -27,7 +27,7 @@ from typing import Any
 
 from kopt_core import progress
 from kopt_core.backends import BackendRegistry
-from kopt_core.bench.executor import PairedPlan, WorkerExecutor
+from kopt_core.bench.executor import PairedPlan, shared_executor
 from kopt_core.bench.paired import decide
 from kopt_core.errors import ConfigError, HardwareError, KoptError, ValidationError
 from kopt_core.jsonio import write_json
@@ -94,7 +94,7 @@ def explore_iteration(
     store: RunStore,
     iteration: int,
     *,
-    executor: ExecutorFactory = WorkerExecutor,
+    executor: ExecutorFactory = shared_executor,
     options: BenchOptions = LOOP_OPTIONS,
     plan: PairedPlan | None = None,
 ) -> ExploreRecord:
@@ -170,15 +170,17 @@ def _explore(
     pm, state: State, folder: Path, iteration: int, executor, options: BenchOptions
 ) -> ExploreRecord:
     info, methods, candidates = iteration_candidates(pm, state, folder, iteration)
-    ref = load_reference(state.ref_file)
     dims = dict(state.dims)
 
-    # 1-2. the static contract of each branch, then the builds in the bounded pool, before any timing;
-    # the worker starts meanwhile (Python, torch and a CUDA context take seconds), idle until 3.
+    # 1-2. the reference's import check, the static contract of each branch, then the builds in the
+    # bounded pool, before any timing; the worker starts meanwhile (Python, torch and a CUDA context take
+    # seconds), idle until 3. It finds the reference's check remembered (kopt_core.reference) when it
+    # first imports the reference, since no command reaches it before the check passed.
     outcomes = {spec.id: _blank(spec.id, spec.file, dims) for spec in candidates.branches}
     seconds: dict[str, float] = {}
     with executor() as runner:
         runner.start()
+        ref = load_reference(state.ref_file)
         started = time.perf_counter()
         broken, builds, compile_plan = check_and_build(
             pm,

@@ -98,12 +98,12 @@ def measure_noise(prepared: Prepared, folder: Path, *, executor=None, plan=None)
     ``baseline/noise_aa.json``; the smallest relative effect a later paired comparison may call real.
     An A/A pairing that fails or is too unstable to decide stops the seed (exit 3: the machine, not the
     kernel, is too noisy to judge anything on)."""
-    from kopt_core.bench.executor import PairedPlan, WorkerExecutor
+    from kopt_core.bench.executor import PairedPlan, shared_executor
     from kopt_core.bench.paired import decide, noise_threshold
 
     plan = plan or PairedPlan()
     request = prepared.request(LOOP_OPTIONS)
-    with (executor or WorkerExecutor)() as runner:
+    with (executor or shared_executor)() as runner:
         measurement = runner.paired(request, request, plan)
     comparison = decide(measurement, 0.0, seed=plan.seed)
     write_json(folder / NOISE_FILE, to_data(comparison))

@@ -60,7 +60,9 @@ def render_summary(store) -> Path:
     lines.append(f"- baseline: `{state.baseline_file}` ({fmt_ms(base)})")
     lines.append(f"- best: `{state.best_file}` ({fmt_ms(state.best_metric_ms)})")
     if base and state.best_metric_ms:
-        lines.append(f"- speedup over the baseline: {base / state.best_metric_ms:.3f}x (ratio of the medians)")
+        lines.append(
+            f"- speedup over the baseline: {base / state.best_metric_ms:.3f}x (ratio of the medians)"
+        )
     chained = paired_chain(state, base)[-1] if state.history else None
     if chained is not None and chained != 1.0:
         lines.append(
@@ -150,7 +152,7 @@ def _speedup_points(state, base: float | None) -> list:
     from kopt_core.run.charts import SpeedupPoint
 
     points = []
-    for entry, carried in zip(state.history, paired_chain(state, base)):
+    for entry, carried in zip(state.history, paired_chain(state, base)[:-1], strict=True):
         speedup = carried * entry.speedup if carried and entry.speedup else None
         ci = (
             (carried * entry.speedup_ci[0], carried * entry.speedup_ci[1])

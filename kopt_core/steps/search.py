@@ -53,7 +53,7 @@ from attrs import field, frozen
 
 from kopt_core import progress as display
 from kopt_core.backends import backend_hooks
-from kopt_core.bench.executor import WorkerExecutor
+from kopt_core.bench.executor import shared_executor
 from kopt_core.errors import ConfigError, HardwareError
 from kopt_core.hardware import detect_gpus
 from kopt_core.jsonio import write_json, write_text_atomic
@@ -574,7 +574,8 @@ def search_kernel(
     """Search ``kernel``'s declared space (or ``space``) for the fastest configuration that passes every
     check against ``ref`` at ``dims``; see the module docstring. ``trials`` is the study's budget in
     total, across resumes; ``time_budget_s`` this call's. ``options`` defaults to the loop's
-    (``kopt_core.run.seed.LOOP_OPTIONS``), ``executor`` to ``WorkerExecutor`` (one for the whole study).
+    (``kopt_core.run.seed.LOOP_OPTIONS``), ``executor`` to the process's shared worker
+    (``shared_executor``: one for the whole study and the steps after it).
     ``compile_jobs`` (``auto`` or N, as ``kopt explore --compile-jobs``) sizes the batches: that many
     proposals are built at once in the compile pool, then timed one by one.
     Raises ConfigError (exit 4) for a kernel without a space or a bad kernel, reference, dims or budget,
@@ -612,7 +613,7 @@ def search_kernel(
     device_ok = not (info.needs_gpu and not gpus)
 
     with (
-        (executor or WorkerExecutor)() as runner,
+        (executor or shared_executor)() as runner,
         tempfile.TemporaryDirectory(prefix="kopt-search-") as scratch,
     ):
         if device_ok:

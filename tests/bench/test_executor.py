@@ -7,12 +7,13 @@ from __future__ import annotations
 import os
 import signal
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 import kopt_example_backend
-from kopt_core.bench.executor import PairedPlan, WorkerExecutor
+from kopt_core.bench.executor import PairedPlan, SharedExecutor, WorkerExecutor
 from kopt_core.bench.paired import block_order
 from kopt_core.records import BenchOptions, BenchRequest
 from kopt_core.steps.bench import prepare
@@ -158,6 +159,46 @@ def test_close_ends_the_worker_and_removes_its_files(request_for):
     assert not scratch.exists()
     with pytest.raises(ProcessLookupError):
         os.kill(worker, 0)
+
+
+def test_the_steps_of_one_process_share_one_worker_until_the_environment_changes(request_for, monkeypatch):
+    shared = SharedExecutor()
+    try:
+        with shared() as step:  # explore, say
+            assert step.bench(request_for("saxpy.py")).status == "ok"
+            worker = step.pid
+        assert worker is not None
+        os.kill(worker, 0)  # the step closed its borrow: the worker lives on for the next step
+        with shared() as step:  # ablate, say
+            assert step.bench(request_for("saxpy.py")).status == "ok"
+            assert step.pid == worker and step.workers_started == 1
+        # a worker cannot see an environment changed after it started: the next borrow starts anew
+        monkeypatch.setenv("KOPT_TEST_SHARED_EXECUTOR", "1")
+        with shared() as step:
+            assert step.pid is None
+            assert step.bench(request_for("saxpy.py")).status == "ok"
+            fresh = step.pid
+        assert fresh is not None and fresh != worker
+        with pytest.raises(ProcessLookupError):
+            os.kill(worker, 0)
+        # a failed candidate still costs its worker, shared or not; its successor starts when the borrow
+        # ends, so that it comes up while the process does something else
+        with shared() as step:
+            assert step.bench(request_for("saxpy_wrong.py")).status == "failed"
+            assert step.pid is None
+        with shared() as step:
+            successor = step.pid
+            assert successor is not None and successor != fresh
+            assert step.workers_started == 2
+        # it is still importing torch (over a second): one that never got a command is killed, not awaited
+        began = time.perf_counter()
+        shared.close()
+        assert time.perf_counter() - began < 0.5
+    finally:
+        shared.close()
+    for pid in (fresh, successor):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 
 
 # ------------------------------------------------------------------------------------------ paired

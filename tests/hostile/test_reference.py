@@ -118,9 +118,10 @@ def test_sys_exit_from_the_reference_functions(work, source, fragment):
 
 
 @pytest.fixture
-def fresh_check(monkeypatch):
-    """No reference counts as already checked by a parent process."""
+def fresh_check(monkeypatch, tmp_path_factory):
+    """No reference counts as already checked by a parent process or an earlier kopt process."""
     monkeypatch.delenv(reference_module.CHECKED_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
 
 
 def test_load_reference_stops_an_endless_import(tmp_path, monkeypatch, fresh_check):
@@ -145,6 +146,34 @@ def test_a_checked_reference_is_not_checked_again(tmp_path, monkeypatch, fresh_c
     assert calls == []
     path.write_text(GOOD_REF + "\n# changed\n")  # a changed file is checked again
     with pytest.raises(ConfigError, match="os._exit"):  # the stub's child reported nothing
+        load_reference(path)
+    assert len(calls) == 1
+
+
+def test_a_passed_check_is_remembered_on_disk_for_the_next_process(tmp_path, monkeypatch, fresh_check):
+    folder = tmp_path / "refs"
+    folder.mkdir()
+    bad = folder / "bad.py"
+    bad.write_text("import os\nos._exit(5)\n")
+    with pytest.raises(ConfigError, match="exited with status 5"):
+        load_reference(bad)
+    assert not reference_module.checks_dir().exists()  # a failed check is never remembered
+    path = folder / "ref.py"
+    path.write_text(GOOD_REF)
+    load_reference(path)
+    assert [p.name for p in reference_module.checks_dir().iterdir()] == [reference_module._fingerprint(path)]
+    calls = []
+    monkeypatch.setattr(
+        reference_module, "run_in_group", lambda *a, **k: calls.append(a) or Ran(returncode=0)
+    )
+    monkeypatch.delenv(reference_module.CHECKED_ENV)  # the next process: only the disk remembers
+    load_reference(path)
+    assert calls == []
+    assert reference_module._fingerprint(path) in os.environ[reference_module.CHECKED_ENV].split()
+    # a sibling it could import changes: checked again (the stub's child reports nothing: a failure)
+    monkeypatch.delenv(reference_module.CHECKED_ENV)
+    (folder / "helpers.py").write_text("X = 1\n")
+    with pytest.raises(ConfigError, match="os._exit"):
         load_reference(path)
     assert len(calls) == 1
 

@@ -457,7 +457,7 @@ def _run(pm, tmp_path: Path, *, branches: int, methods: tuple[str, ...] = ()):
 
 def test_the_search_generator_writes_the_fastest_configurations_as_branches(pm, tmp_path, monkeypatch):
     monkeypatch.setenv("KOPT_PLUGINS", "pytorch")  # what the generator loads to build and check
-    monkeypatch.setattr(search_step, "WorkerExecutor", lambda: FakeExecutor(_by_chunk))
+    monkeypatch.setattr(search_step, "shared_executor", lambda: FakeExecutor(_by_chunk))
     store, iterv1 = _run(pm, tmp_path, branches=2)
     result = generate_in_run(pm, store, 1, generator="search", options={"sampler": "grid", "trials": "8"})
     assert result.status == "written", result.message
@@ -484,7 +484,7 @@ def test_the_search_generator_writes_the_fastest_configurations_as_branches(pm, 
 
 
 def test_fewer_passing_configurations_than_branches_are_written_as_they_are(pm, tmp_path, monkeypatch):
-    monkeypatch.setattr(search_step, "WorkerExecutor", lambda: FakeExecutor(_by_chunk))
+    monkeypatch.setattr(search_step, "shared_executor", lambda: FakeExecutor(_by_chunk))
     store, iterv1 = _run(pm, tmp_path, branches=3)
     context = generation_context(pm, store.load(), 1, generator="search", options={"sampler": "grid"})
     result = search_generator.generate(context, pm=pm)
@@ -503,7 +503,7 @@ def test_no_passing_configuration_is_a_failed_generation(pm, tmp_path, monkeypat
     def all_wrong(request):
         return _record(request, "failed", correct=False, stage="correctness", error="y: all wrong")
 
-    monkeypatch.setattr(search_step, "WorkerExecutor", lambda: FakeExecutor(all_wrong))
+    monkeypatch.setattr(search_step, "shared_executor", lambda: FakeExecutor(all_wrong))
     store, iterv1 = _run(pm, tmp_path, branches=2)
     context = generation_context(pm, store.load(), 1, generator="search", options={"sampler": "grid"})
     result = search_generator.generate(context, pm=pm)
