@@ -25,6 +25,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from kopt_core.bench.executor import shared_executor
 from kopt_core.errors import ConfigError
 from kopt_core.generate.base import GenerationContext, GenerationResult, GeneratorInfo
 from kopt_core.plugins import hookimpl
@@ -110,6 +111,10 @@ def generate(context: GenerationContext) -> GenerationResult:
     timeout_s = parse_timeout(context.options)
     log = context.iteration_dir / LOG_FILE
     before = _stamp(context.candidates_file)
+    # The command may run for a long time and use the GPU itself (an agent timing its own drafts): the
+    # process's idle bench worker would hold a CUDA context and device memory all along. Explore starts
+    # another, during its builds.
+    shared_executor.close()
     ran = run_in_group(
         argv,
         timeout_s=timeout_s,

@@ -181,3 +181,15 @@ def test_valid_candidates_already_there_are_kept_without_running_again(pm, opene
     assert result.status == "written" and result.candidates == written
     assert "was written already and validates: kept" in result.message
     assert not (opened.iterv1 / "generator.log").exists()
+
+
+def test_the_idle_bench_worker_is_stopped_while_the_command_runs(pm, opened):
+    from kopt_core.bench.executor import shared_executor
+
+    with shared_executor() as step:  # what an earlier step of this process left up
+        step.start()
+        worker = step.pid
+    assert worker is not None and not _gone(worker)
+    options = {"command": json.dumps([sys.executable, "-c", "pass"])}
+    generate_in_run(pm, opened.store, 1, generator="command", options=options)
+    assert _gone(worker)
