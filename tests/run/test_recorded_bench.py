@@ -15,7 +15,7 @@ from kopt_core.records import Artifact, BenchResult, TimingStats
 from kopt_core.records.converter import to_data
 from kopt_core.records.loop import EXPLORE_FILE
 from kopt_core.records.state import HistoryEntry
-from kopt_core.run.iteration import recorded_bench
+from kopt_core.run.recorded import recorded_bench
 
 from .test_update import explored, make_state
 
@@ -168,3 +168,31 @@ def test_the_champion_profile_and_the_next_opening_take_the_recorded_bench(run, 
     keys["next"] = CHAMPION_KEY
     open_iteration(None, store, 2)
     assert [b.kernel_timing.median_ms if b else None for b in handed] == [0.43, None, 0.43]
+
+
+def test_one_unreadable_record_does_not_hide_the_others(run):
+    (run / "baseline" / "bench.json").write_text("{not json")
+    found = recorded_bench(state_of(run), prepared(CHAMPION_KEY))
+    assert found is not None and found.kernel_timing.median_ms == 0.43
+    # iteration 1's explore.json unreadable, iteration 2's champion still found
+    (run / "iterv1" / EXPLORE_FILE).write_text("[]")
+    folder = run / "iterv2"
+    write_json(folder / EXPLORE_FILE, to_data(explored(2)))
+    write_json(folder / "branches" / "b2" / "bench.json", to_data(bench(CHAMPION_KEY, 0.42)))
+    history = (HistoryEntry(1, "iterv1/kernel.cu", 0.43), HistoryEntry(2, "iterv2/kernel.cu", 0.42))
+    found = recorded_bench(make_state(run, history=history), prepared(CHAMPION_KEY))
+    assert found is not None and found.kernel_timing.median_ms == 0.42
+
+
+def test_a_reference_path_that_cannot_be_resolved_is_not_the_run_s(run):
+    loop = run / "loop"
+    loop.symlink_to(run / "pool")
+    (run / "pool").symlink_to(loop)
+    write_json(run / "baseline" / "bench.json", to_data(bench(BASELINE_KEY, 3.15, reference_file=str(loop))))
+    try:
+        loop.resolve()
+    except (OSError, RuntimeError):
+        pass
+    else:
+        pytest.skip("this Python resolves a symlink loop without an error")
+    assert recorded_bench(state_of(run, ref_file=str(loop)), prepared(BASELINE_KEY)) is None
