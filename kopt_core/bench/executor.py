@@ -412,7 +412,8 @@ class _Borrowed:
     def __exit__(
         self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.close()
+        if kind is None:  # a step that failed or was interrupted starts nothing on its way out
+            self.close()
 
 
 class SharedExecutor:

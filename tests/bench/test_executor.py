@@ -190,6 +190,14 @@ def test_the_steps_of_one_process_share_one_worker_until_the_environment_changes
             successor = step.pid
             assert successor is not None and successor != fresh
             assert step.workers_started == 2
+        # a step that fails on its way out (an interrupt, kopt's own error) starts no successor
+        with pytest.raises(KeyboardInterrupt), shared() as step:
+            step.paired(request_for("saxpy_wrong.py"), request_for("saxpy_wrong.py"), PLAN)
+            assert step.pid is None
+            raise KeyboardInterrupt
+        assert shared._executor.pid is None
+        with shared() as step:
+            step.start()
         # it is still importing torch (over a second): one that never got a command is killed, not awaited
         began = time.perf_counter()
         shared.close()
