@@ -299,13 +299,18 @@ def run_loop(pm, store: RunStore, *, steps: LoopSteps) -> OptimizeOutcome:
             )
         if store.load().run_status == AWAITING:
             store.update(run_status="running")
-        steps.explore(pm, store, iteration)
+        with progress.step(f"iteration {iteration}: exploring the branches and pairing the champion"):
+            steps.explore(pm, store, iteration)
         with progress.step(f"iteration {iteration}: profiling the champion"):
             steps.profile(pm, store, iteration)
-        steps.ablate(pm, store, iteration)
-        steps.sass(pm, store, iteration)
-        steps.update(pm, store, iteration)
-    steps.summarize(pm, store)
+        with progress.step(f"iteration {iteration}: ablating each method"):
+            steps.ablate(pm, store, iteration)
+        with progress.step(f"iteration {iteration}: checking each method in the SASS"):
+            steps.sass(pm, store, iteration)
+        with progress.step(f"iteration {iteration}: updating the run"):
+            steps.update(pm, store, iteration)
+    with progress.step("writing summary.md and its charts"):
+        steps.summarize(pm, store)
     state = store.load()
     if state.run_status != "completed":
         store.update(run_status="completed")
