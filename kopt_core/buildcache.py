@@ -1,6 +1,7 @@
 """Where backends keep builds cached by content, and how an entry is keyed and published.
 
-The root is the toolchain's cache_dir, else $KOPT_CACHE_DIR, else ~/.cache/kopt/builds. An entry is a
+The root is the toolchain's cache_dir, else $KOPT_CACHE_DIR, else ``cache_home()``/builds (by default
+~/.cache/kopt/builds). An entry is a
 folder ``<root>/<key[:2]>/<key>`` holding ``build.json`` (the Artifact) and one product (a library, a
 copied source). A cache of builds only, never of timings.
 """
@@ -17,9 +18,16 @@ from pathlib import Path
 from kopt_core.records import Toolchain
 
 
+def cache_home() -> Path:
+    """kopt's folder among the user's caches: $XDG_CACHE_HOME/kopt, by default ~/.cache/kopt. Builds and
+    passed reference checks (kopt_core.reference) are kept under it."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "kopt"
+
+
 def cache_root(toolchain: Toolchain) -> Path:
     configured = toolchain.cache_dir or os.environ.get("KOPT_CACHE_DIR")
-    root = Path(configured) if configured else Path.home() / ".cache" / "kopt" / "builds"
+    root = Path(configured) if configured else cache_home() / "builds"
     return root.expanduser().resolve()
 
 

@@ -268,10 +268,11 @@ def _siblings(path: Path) -> list[bytes]:
 
 
 def checks_dir() -> Path:
-    """Where passed reference checks are remembered: $XDG_CACHE_HOME/kopt/reference-checks (by default
+    """Where passed reference checks are remembered: kopt's cache folder's reference-checks (by default
     ~/.cache/kopt/reference-checks)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kopt" / CHECKS_FOLDER
+    from kopt_core.buildcache import cache_home
+
+    return cache_home() / CHECKS_FOLDER
 
 
 def _checked_on_disk(fingerprint: str) -> bool:
@@ -291,6 +292,11 @@ def _remember(fingerprint: str) -> None:
         pass
 
 
+def _mark_checked(checked: list[str], fingerprint: str) -> None:
+    """This process and its children count ``fingerprint`` as checked (the last 16 are kept)."""
+    os.environ[CHECKED_ENV] = " ".join([*checked[-15:], fingerprint])
+
+
 def _check_in_child(path: Path) -> None:
     """Import ``path`` in a child process first, within IMPORT_TIMEOUT_S: a file that exits, crashes or
     never finishes importing is a ConfigError naming it, not kopt exiting or hanging."""
@@ -299,7 +305,7 @@ def _check_in_child(path: Path) -> None:
     if fingerprint in checked:
         return
     if _checked_on_disk(fingerprint):
-        os.environ[CHECKED_ENV] = " ".join([*checked[-15:], fingerprint])
+        _mark_checked(checked, fingerprint)
         return
     with tempfile.TemporaryDirectory(prefix="kopt-reference-") as scratch:
         report_path = Path(scratch) / "report.json"
@@ -312,7 +318,7 @@ def _check_in_child(path: Path) -> None:
         except (OSError, ValueError):
             report = None
     if isinstance(report, dict) and report.get("ok") is True:
-        os.environ[CHECKED_ENV] = " ".join([*checked[-15:], fingerprint])
+        _mark_checked(checked, fingerprint)
         _remember(fingerprint)
         return
     if isinstance(report, dict) and isinstance(report.get("message"), str):

@@ -401,10 +401,7 @@ class _Borrowed:
         return self._executor.pid
 
     def close(self) -> None:
-        """The step is done with it; the worker stays for the next step. A worker its last command
-        replaced is started again now, so that it comes up while the process does something else (explore's
-        race check before its promotion pairing, the champion's profile before ablate)."""
-        self._executor.start()
+        """The step is done with it; the worker stays for the next step."""
 
     def __enter__(self) -> _Borrowed:
         return self
@@ -412,8 +409,11 @@ class _Borrowed:
     def __exit__(
         self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if kind is None:  # a step that failed or was interrupted starts nothing on its way out
-            self.close()
+        # A worker the step's last command replaced is started again as the step ends, so that it comes up
+        # while the process does something else (explore's race check before its promotion pairing, the
+        # champion's profile before ablate); a step that failed or was interrupted starts nothing.
+        if kind is None:
+            self._executor.start()
 
 
 class SharedExecutor:

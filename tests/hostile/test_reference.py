@@ -201,3 +201,20 @@ def test_the_child_reports_json(tmp_path):
     assert proc.returncode == 0
     data = json.loads(report.read_text())
     assert data["ok"] is False and "failed to import (line 2): ValueError: boom" in data["message"]
+
+
+def test_builds_and_reference_checks_share_kopt_s_cache_folder(monkeypatch, tmp_path):
+    from kopt_core.buildcache import cache_home, cache_root
+    from kopt_core.records import Toolchain
+
+    monkeypatch.delenv("KOPT_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_home() == tmp_path / "home" / ".cache" / "kopt"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_home() == tmp_path / "xdg" / "kopt"
+    assert cache_root(Toolchain(arch="sm_90a")) == (tmp_path / "xdg" / "kopt" / "builds").resolve()
+    assert reference_module.checks_dir() == tmp_path / "xdg" / "kopt" / "reference-checks"
+    monkeypatch.setenv("KOPT_CACHE_DIR", str(tmp_path / "mine"))  # builds only
+    assert cache_root(Toolchain(arch="sm_90a")) == (tmp_path / "mine").resolve()
+    assert reference_module.checks_dir() == tmp_path / "xdg" / "kopt" / "reference-checks"
