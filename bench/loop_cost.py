@@ -54,7 +54,6 @@ import argparse
 import importlib.util
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -69,6 +68,7 @@ import attrs
 
 from kopt_core.bench.executor import SharedExecutor, WorkerExecutor
 from kopt_core.bench.runner import run_worker
+from kopt_core.cli.render import finished_steps
 from kopt_core.jsonio import write_json
 from kopt_core.plugins import PluginManager, get_plugin_manager
 from kopt_core.records import BenchRequest, BenchResult, Candidate, Toolchain, to_data
@@ -87,7 +87,6 @@ PER_CANDIDATE_TARGET_S = 1.5
 ITERATION_TARGET_S = 90.0
 STEP_TIMEOUT_S = 1800  # one CLI step of the iteration; far above the target, so a hang still ends
 OPTIMIZE_STEP = "kopt optimize --resume"
-LOGGED_STEP = re.compile(r"^kopt: (.+): done in ([0-9.]+) s$", re.MULTILINE)
 ITERATION_STEPS = (
     ("explore", ["explore"]),
     ("profile the champion", ["profile", "--which", "kernel"]),
@@ -414,7 +413,7 @@ def iteration(run_dir: Path, number: int, driver: str = "steps") -> dict[str, An
             "iteration": number,
             "driver": driver,
             "steps": steps,
-            "logged": logged_steps(steps[0]["stderr_tail"]),
+            "logged": finished_steps(steps[0]["stderr_tail"]),
             **_iteration_facts(folder),
         }
     for label, words in ITERATION_STEPS:
@@ -429,11 +428,6 @@ def iteration(run_dir: Path, number: int, driver: str = "steps") -> dict[str, An
         "steps": steps,
         **_iteration_facts(folder),
     }
-
-
-def logged_steps(stderr: str) -> list[tuple[str, float]]:
-    """The steps kopt logged off a terminal ("kopt: WHAT: done in S s"), in order: where the time went."""
-    return [(m.group(1), float(m.group(2))) for m in LOGGED_STEP.finditer(stderr)]
 
 
 def make_run(

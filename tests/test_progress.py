@@ -104,6 +104,20 @@ def test_a_failing_step_is_logged_as_failed_and_its_error_passes_through():
     assert re.fullmatch(r"kopt: profiling a\.cu: failed after \d+\.\d s", buffer.getvalue().splitlines()[-1])
 
 
+def test_the_log_s_finished_steps_read_back_in_order_without_the_failed_ones():
+    buffer = io.StringIO()
+    line = render.StatusLine(Console(file=buffer, force_terminal=False, width=200))
+    with progress.reporting(line):
+        with progress.step("iteration 1: profiling the champion"), progress.step("building kernel.cu"):
+            pass
+        with pytest.raises(ValueError), progress.step("ablating: x"):
+            raise ValueError("no")
+    buffer.write("kopt: noise: done in soon\n")  # not a step's line
+    steps = render.finished_steps(buffer.getvalue())
+    assert [name for name, _ in steps] == ["building kernel.cu", "iteration 1: profiling the champion"]
+    assert all(seconds >= 0 for _, seconds in steps)
+
+
 def test_nested_steps_share_one_line():
     console, buffer = terminal()
     line = render.StatusLine(console)

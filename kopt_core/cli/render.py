@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +35,16 @@ def error(message: str) -> None:
 def warning(message: str) -> None:
     """``kopt: warning: MESSAGE`` on stderr; MESSAGE is printed verbatim (never read as markup)."""
     err.print(Text.assemble(("kopt: warning:", "yellow"), " ", str(message)), highlight=False, soft_wrap=True)
+
+
+# How a finished step reads in the log off a terminal (StatusLine), and how a reader finds them again.
+_FINISHED_STEP = re.compile(r"^kopt: (.+): done in ([0-9.]+) s$", re.MULTILINE)
+
+
+def finished_steps(log: str) -> list[tuple[str, float]]:
+    """The steps a log of kopt's stderr says finished ("kopt: WHAT: done in S s"), in order, with their
+    wall times: where a run's time went."""
+    return [(m.group(1), float(m.group(2))) for m in _FINISHED_STEP.finditer(log)]
 
 
 class StatusLine:
