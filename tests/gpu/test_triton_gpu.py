@@ -123,7 +123,9 @@ def test_examples_pass_and_are_timed(name, cache_dir):
         pins = notes["autotune"]
         assert len(pins) == 1 and pins[0]["kernel"] == "matmul_kernel", pins
         assert set(pins[0]["config"] or ()) == {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"}, pins
-        assert pins[0]["candidates"] == 4 and "num_warps" in pins[0]
+        # every triton.Config the example declares was a candidate of the autotuner
+        declared = kernel.read_text().count("triton.Config(")
+        assert declared >= 2 and pins[0]["candidates"] == declared and "num_warps" in pins[0], pins
         pinned = Path(notes["pinned_source"])
         assert pinned.is_file() and pinned.name == "kernel.pinned.py"
         assert pinned.read_text().count("triton.Config") == 1
