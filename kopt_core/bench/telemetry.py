@@ -34,7 +34,7 @@ from kopt_core.records.paired import TelemetrySample
 # 2026-11-30: every block of a CUTLASS fp16 GEMM's A/A pairing had it set), so it is the kernel's steady
 # state, not a disturbance; and a kernel that draws less power keeps a higher clock under the cap, which
 # is a real property of that kernel that a comparison must keep. What the cap does to the clock is
-# judged by the clock itself: a block whose SM clock strays from the pairing's median is voided anyway.
+# judged by the clock itself: a block whose SM clock moved while it ran is voided anyway.
 POWER_CAP = 0x4
 SLOWDOWN_REASONS: dict[int, str] = {
     0x8: "HwSlowdown",  # hardware slowdown (thermal or power brake, reported by the board)

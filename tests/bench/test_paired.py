@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pynvml
@@ -34,6 +35,7 @@ from kopt_core.records import (
     read_paired_comparison,
     to_data,
 )
+from kopt_core.records.converter import read_document
 
 RESAMPLES = 4000  # enough for stable 95% tails, and quick on a small CI machine
 
@@ -71,6 +73,14 @@ def _steady(clock: float = 1980.0, reasons: int = 0, others: int = 0) -> tuple[T
     return (
         TelemetrySample(at_s=0.0, sm_clock_mhz=clock, throttle_reasons=reasons, other_processes=others),
         TelemetrySample(at_s=0.1, sm_clock_mhz=clock, throttle_reasons=reasons, other_processes=others),
+    )
+
+
+def _moving(before: float, after: float, reasons: int = 0) -> tuple[TelemetrySample, ...]:
+    """A block's readings when the SM clock moved while it ran."""
+    return (
+        TelemetrySample(at_s=0.0, sm_clock_mhz=before, throttle_reasons=reasons),
+        TelemetrySample(at_s=0.1, sm_clock_mhz=after, throttle_reasons=reasons),
     )
 
 
@@ -239,7 +249,7 @@ def test_decide_drops_voided_blocks_and_keeps_them_in_the_record():
     a, b = _times(rng, 20, 1.0)
     b[3] = b[3] / 1.5  # a block that looks 50% faster, but the clock shows why
     telemetry = [_steady() for _ in range(20)]
-    telemetry[3] = _steady(clock=1500.0)
+    telemetry[3] = _moving(1980.0, 1500.0)
     comparison = decide(_measurement(a, b, telemetry), 0.0, resamples=RESAMPLES)
     assert comparison.blocks_voided == 1 and comparison.blocks_used == 19
     assert comparison.measurement.blocks[3].voided
@@ -268,11 +278,13 @@ def _blocks(telemetry):
     return _measurement([1.0] * len(telemetry), [1.0] * len(telemetry), telemetry).blocks
 
 
-def test_clock_off_the_median_by_more_than_the_tolerance_is_voided():
-    blocks = void_unstable(_blocks([_steady(), _steady(), _steady(1900.0), _steady(1950.0), _steady()]))
+def test_a_clock_that_moves_within_a_block_by_more_than_the_tolerance_is_voided():
+    blocks = void_unstable(
+        _blocks([_steady(), _steady(), _moving(1980.0, 1900.0), _moving(1980.0, 1950.0), _steady(1900.0)])
+    )
     assert [b.voided for b in blocks] == [False, False, True, False, False]
-    assert "SM clock 1900 MHz" in blocks[2].void_reason and "4.0%" in blocks[2].void_reason
-    looser = void_unstable(_blocks([_steady(), _steady(), _steady(1900.0)]), clock_tolerance=0.05)
+    assert "readings 1980, 1900 MHz" in blocks[2].void_reason and "4.0%" in blocks[2].void_reason
+    looser = void_unstable(_blocks([_steady(), _steady(), _moving(1980.0, 1900.0)]), clock_tolerance=0.05)
     assert not any(b.voided for b in looser)
 
 
@@ -293,18 +305,66 @@ def test_each_slowdown_reason_voids(bit):
 
 
 def test_the_power_cap_alone_does_not_void_but_its_clock_drop_does():
-    # A power-bound GEMM runs under SwPowerCap all along: steady clock, every block kept.
-    capped = void_unstable(_blocks([_steady(1755.0, reasons=0x4) for _ in range(3)]))
-    assert not any(b.voided for b in capped)
-    # The cap pulling one block's clock 10% below the others: voided by the clock rule.
-    dropped = void_unstable(
+    # A power-bound GEMM runs under SwPowerCap all along: every block kept, also one whose steady clock
+    # is 10% below the others' (both of its sides ran at it).
+    capped = void_unstable(
         _blocks([_steady(1755.0, reasons=0x4), _steady(1580.0, reasons=0x4), _steady(1755.0, reasons=0x4)])
     )
+    assert not any(b.voided for b in capped)
+    # The cap pulling the clock down 10% while a block ran: voided by the clock rule.
+    dropped = void_unstable(
+        _blocks([_steady(1755.0, reasons=0x4), _moving(1755.0, 1580.0, 0x4), _steady(1580.0, reasons=0x4)])
+    )
     assert [b.voided for b in dropped] == [False, True, False]
-    assert "SM clock 1580 MHz" in dropped[1].void_reason and "SwPowerCap" not in dropped[1].void_reason
+    assert "readings 1755, 1580 MHz" in dropped[1].void_reason and "SwPowerCap" not in dropped[1].void_reason
     # With a thermal reason beside it, the thermal reason voids.
     hot = void_unstable(_blocks([_steady(1755.0, reasons=0x4), _steady(1755.0, reasons=0x4 | 0x20)]))
     assert [b.voided for b in hot] == [False, True] and "SwThermalSlowdown" in hot[1].void_reason
+
+
+H200_PAIRINGS = Path(__file__).resolve().parents[1] / "fixtures" / "h200" / "paired"
+
+
+def _h200(name: str) -> PairedMeasurement:
+    return read_document(H200_PAIRINGS / f"{name}.json", PairedMeasurement, "paired measurement")
+
+
+@pytest.mark.parametrize(
+    ("name", "stepped_at", "low", "high"),
+    [
+        ("cutlass_champion_vs_best", 11, 1635.0, 1965.0),
+        ("cutlass_without_stmatrix", 9, 1455.0, 1815.0),
+        ("cutlass_without_tma", 13, 1530.0, 1965.0),
+    ],
+)
+def test_a_clock_reading_that_steps_once_voids_only_the_block_it_stepped_in(name, stepped_at, low, high):
+    # Real pairings of a power-capped CUTLASS GEMM (H200, 2026-12-01): NVML's clock reading steps once per
+    # pairing; the times on both sides of the step agree within 0.5%. Against the pairing's median clock,
+    # the rule this replaced voided 9, 10 and 7 of the 20 blocks here, and all 20 of another stmatrix
+    # pairing whose readings split evenly (the median fell between the two values).
+    measurement = _h200(name)
+    clocks = [[r.sm_clock_mhz for r in block.telemetry] for block in measurement.blocks]
+    assert clocks[stepped_at] == [low, high]
+    assert all(c == [low, low] for c in clocks[:stepped_at])
+    assert all(c == [high, high] for c in clocks[stepped_at + 1 :])
+    out = void_unstable(measurement.blocks)
+    assert [b.index for b in out if b.voided] == [stepped_at]
+    moved = (high - low) / high
+    assert out[stepped_at].void_reason.startswith(f"SM clock moved {moved:.1%} while the block ran")
+
+
+def test_the_real_power_capped_pairings_are_decided():
+    champion = decide(_h200("cutlass_champion_vs_best"), 0.0104, resamples=RESAMPLES)
+    assert (champion.verdict, champion.blocks_used, champion.blocks_voided) == ("faster", 19, 1)
+    assert 1.6 < champion.ci_low <= champion.speedup <= champion.ci_high < 1.75
+    for name, low, high in (("cutlass_without_stmatrix", 0.15, 0.30), ("cutlass_without_tma", 0.60, 0.70)):
+        effect = attribution(_h200(name), 0.0104, resamples=RESAMPLES)
+        assert (effect.verdict, effect.blocks_used) == ("beyond_noise", 19), (name, effect.reasons)
+        assert low < effect.slowdown_low <= effect.slowdown <= effect.slowdown_high < high, name
+    # an SGEMM pairing without the power cap reads 1980 MHz throughout: nothing voided
+    sgemm = _h200("sgemm_without_register_tiling")
+    assert {r.sm_clock_mhz for b in sgemm.blocks for r in b.telemetry} == {1980.0}
+    assert not any(b.voided for b in void_unstable(sgemm.blocks))
 
 
 def test_idle_and_application_clock_reasons_do_not_void():
@@ -354,7 +414,7 @@ def test_a_block_without_telemetry_is_kept():
 
 
 def test_a_block_the_worker_voided_stays_voided_and_voiding_twice_adds_nothing():
-    blocks = list(_blocks([_steady(), _steady(1500.0), _steady(), _steady()]))
+    blocks = list(_blocks([_steady(), _moving(1980.0, 1500.0), _steady(), _steady()]))
     blocks[0] = PairedBlock(index=0, order="AB", a_ms=1.0, b_ms=1.0, voided=True, void_reason="launch error")
     once = void_unstable(blocks)
     assert once[0].voided and once[0].void_reason == "launch error"

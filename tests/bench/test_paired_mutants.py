@@ -2,8 +2,9 @@
 known answers: the percentile bootstrap exactly (its seed, its quantiles, its chunks, float32 input), the
 argument checks at their edges, the verdicts exactly at 1 +- threshold, every reason word for word (a
 failed measurement, more than five voided blocks, no telemetry, the order balance at its threshold), the
-voiding rules at theirs (the clock tolerance, a median clock of 0, a slowdown in any reading, an unnamed
-bit, a block the worker voided), and that decide, attribution and noise_threshold pass their options on."""
+voiding rules at theirs (the clock tolerance within a block, readings of 0, a slowdown in any reading, an
+unnamed bit, a block the worker voided), and that decide, attribution and noise_threshold pass their
+options on."""
 
 from __future__ import annotations
 
@@ -294,22 +295,27 @@ def with_telemetry(samples_per_block) -> tuple[PairedBlock, ...]:
     return blocks([1.0] * n, [1.0] * n, telemetry=samples_per_block)
 
 
-def test_a_clock_exactly_at_the_tolerance_is_kept_and_one_mhz_more_is_not():
+def test_a_clock_that_moves_exactly_the_tolerance_is_kept_and_one_mhz_more_is_not():
     steady = [(reading(2000.0), reading(2000.0))] * 9
-    kept = void_unstable(with_telemetry([*steady, (reading(2000.0), reading(2060.0))]))
-    assert not any(b.voided for b in kept)  # 60 MHz is exactly 3% of 2000
-    out = void_unstable(with_telemetry([*steady, (reading(2000.0), reading(2061.0))]))
+    kept = void_unstable(with_telemetry([*steady, (reading(2000.0), reading(1940.0))]))
+    assert not any(b.voided for b in kept)  # 60 MHz is exactly 3% of the higher reading, 2000
+    out = void_unstable(with_telemetry([*steady, (reading(2000.0), reading(1939.0))]))
     assert [b.voided for b in out] == [False] * 9 + [True]
-    assert (
-        out[-1].void_reason == "SM clock 2061 MHz is 3.0% from the pairing's median 2000 MHz (tolerance 3.0%)"
+    assert out[-1].void_reason == (
+        "SM clock moved 3.0% while the block ran (readings 2000, 1939 MHz; tolerance 3.0%)"
     )
+    # relative to the higher reading, whichever comes first: 2000 after 1940 is the same 3%
+    assert not any(b.voided for b in void_unstable(with_telemetry([(reading(1940.0), reading(2000.0))] * 2)))
 
 
-def test_the_clock_rule_is_relative_and_a_median_clock_of_zero_says_nothing():
+def test_the_clock_rule_is_relative_and_readings_of_zero_say_nothing():
     tiny = [(reading(0.5), reading(0.5))] * 5 + [(reading(0.5), reading(0.6))]
     assert [b.voided for b in void_unstable(with_telemetry(tiny))] == [False] * 5 + [True]
     zeros = [(reading(0.0), reading(0.0))] * 5 + [(reading(1500.0), reading(1500.0))]
     assert not any(b.voided for b in void_unstable(with_telemetry(zeros)))
+    # a block's clock is judged within the block only: one steady block 25% below the others is kept
+    lower = [(reading(2000.0), reading(2000.0))] * 5 + [(reading(1500.0), reading(1500.0))]
+    assert not any(b.voided for b in void_unstable(with_telemetry(lower)))
 
 
 def test_a_slowdown_in_any_reading_of_the_block_voids_it():
@@ -338,18 +344,18 @@ def test_a_process_that_appears_is_counted_against_the_quietest_reading():
 
 
 def test_a_block_the_worker_voided_keeps_its_reason_and_gains_new_ones():
-    telemetry = [(reading(2000.0),)] * 4 + [(reading(1000.0),), (reading(2000.0),)]
+    telemetry = [(reading(2000.0),)] * 4 + [(reading(2000.0), reading(1000.0)), (reading(2000.0),)]
     made = blocks([1.0] * 6, [1.0] * 6, telemetry=telemetry, voided={4: "the worker lost a sample", 5: ""})
     out = void_unstable(made)
     assert out[4].void_reason == (
-        "the worker lost a sample; SM clock 1000 MHz is 50.0% from the pairing's median 2000 MHz "
-        "(tolerance 3.0%)"
+        "the worker lost a sample; SM clock moved 50.0% while the block ran (readings 2000, 1000 MHz; "
+        "tolerance 3.0%)"
     )
     assert (out[5].voided, out[5].void_reason) == (True, "voided by the worker")
 
 
 def test_decide_and_attribution_use_the_clock_tolerance_they_are_given():
-    telemetry = [(reading(2000.0),)] * 11 + [(reading(1800.0),)]  # 10% below the median
+    telemetry = [(reading(2000.0),)] * 11 + [(reading(2000.0), reading(1800.0))]  # moved 10%
     made = PairedMeasurement(
         a="x", b="y", blocks=blocks(A_MS, B_MS, telemetry=telemetry), telemetry_available=True
     )

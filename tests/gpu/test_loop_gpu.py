@@ -786,3 +786,9 @@ def test_cutlass_iteration_runs_through(cutlass: LoopRun) -> None:
     assert all(b["correctness_pass"] for b in explore["branches"]), explore["branches"]
     paired = cutlass.doc("paired.json")
     assert paired["verdict"] in ("faster", "not_faster", "slower"), paired
+    # the ablations that have a kernel are decided: under the power cap NVML's clock reading steps once in
+    # a pairing, and only the block it stepped in is voided (tests/fixtures/h200/paired/ holds the
+    # pairings of 2026-12-01, where judging clocks against the pairing's median left stmatrix undecided)
+    attribution = {m["method"]: m for m in cutlass.doc("attribution.json")["methods"]}
+    for method in ("memory.tma", "memory.stmatrix"):
+        assert attribution[method]["status"] == "measured", attribution[method]
