@@ -14,18 +14,19 @@ from kopt_core.run.layout import baseline_dir, iteration_dir
 
 
 def recorded_bench(state: State, prepared) -> BenchResult | None:
-    """A check and timing the run already recorded of this very build: the baseline's (baseline/bench.json)
-    or an explored iteration's champion's (its branch's bench.json), when its build's content key is the
-    prepared artifact's (the same sources, included files, flags, compiler and architecture: the same
-    binary), at the run's dims, and it passed its check and was timed. A profile takes it instead of
-    checking and timing the kernel again (seconds: a worker's start), since that would measure the same
-    thing with fewer seeds. None when there is none, or it cannot be read."""
+    """A check and timing the run already recorded of this very build: the baseline's (baseline/bench.json) or
+    an explored iteration's champion's (its branch's bench.json; the open iteration's too), when its build's
+    content key is the prepared artifact's (the same sources, included files, flags, compiler and
+    architecture: the same binary), at the run's dims, and it passed its check and was timed. A profile
+    takes it instead of checking and timing the kernel again (seconds: a worker's start), since that would
+    measure the same thing with fewer seeds. None when there is none, or it cannot be read."""
     key = prepared.artifact.cache_key
     if not key:
         return None
     paths = [baseline_dir(state.run_dir) / "bench.json"]
-    for entry in state.history:
-        folder = iteration_dir(state.run_dir, entry.iteration)
+    # the closed iterations and the open one: its champion is profiled after explore, before update closes it
+    for iteration in range(1, state.closed_iterations + 2):
+        folder = iteration_dir(state.run_dir, iteration)
         try:
             record = read_explore(folder / EXPLORE_FILE)
         except (OSError, ValueError, KoptError):

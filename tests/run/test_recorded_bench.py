@@ -87,8 +87,17 @@ def test_the_baseline_and_the_champion_are_found_by_their_build(run):
     assert recorded_bench(state, prepared("b1" * 32)) is None
     assert recorded_bench(state, prepared("ff" * 32)) is None
     assert recorded_bench(state, prepared("")) is None  # a backend that keys nothing: never reused
-    # before any iteration closed only the baseline counts
-    assert recorded_bench(make_state(run), prepared(CHAMPION_KEY)) is None
+    # the open iteration's champion counts before update closes it (the champion is profiled in between)
+    found = recorded_bench(make_state(run), prepared(CHAMPION_KEY))
+    assert found is not None and found.kernel_timing.median_ms == 0.43
+    # a folder beyond the open iteration is not looked at (one left by an earlier attempt, say): iteration
+    # 2's champion counts once iteration 1 is closed and 2 is the open one
+    later_key = "2c" * 32
+    write_json(run / "iterv2" / EXPLORE_FILE, to_data(explored()))
+    write_json(run / "iterv2" / "branches" / "b2" / "bench.json", to_data(bench(later_key, 0.40)))
+    assert recorded_bench(make_state(run), prepared(later_key)) is None
+    found = recorded_bench(state_of(run), prepared(later_key))
+    assert found is not None and found.kernel_timing.median_ms == 0.40
 
 
 @pytest.mark.parametrize(
@@ -159,12 +168,15 @@ def test_the_champion_profile_and_the_next_opening_take_the_recorded_bench(run, 
 
     handed, keys = profiled
     store = RunStore(run)
-    store.save(state_of(run, best_file=str(run / "iterv1" / "kernel.cu"), iterations_total=3))
+    # in the loop's order: iteration 1 explored and not yet updated when its champion is profiled
+    store.save(make_state(run, iterations_total=3))
     (run / "iterv1" / "kernel.cu").write_text("// champion\n")
     keys["next"] = CHAMPION_KEY
     profile_in_run(None, store, 1, "kernel")
     keys["next"] = "ff" * 32  # a build the run never measured: profile_prepared measures it itself
     profile_in_run(None, store, 1, "kernel")
+    # after update closed iteration 1 and made its champion the best, iteration 2 opens on it
+    store.save(state_of(run, best_file=str(run / "iterv1" / "kernel.cu"), iterations_total=3))
     keys["next"] = CHAMPION_KEY
     open_iteration(None, store, 2)
     assert [b.kernel_timing.median_ms if b else None for b in handed] == [0.43, None, 0.43]
