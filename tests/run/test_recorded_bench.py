@@ -11,36 +11,16 @@ import attrs
 import pytest
 
 from kopt_core.jsonio import write_json
-from kopt_core.records import Artifact, BenchResult, TimingStats
+from kopt_core.records import Artifact, BenchResult
 from kopt_core.records.converter import to_data
 from kopt_core.records.loop import EXPLORE_FILE
 from kopt_core.records.state import HistoryEntry
 from kopt_core.run.recorded import recorded_bench
 
+from ..search.test_promotion import timing
 from .test_update import explored, make_state
 
 BASELINE_KEY, CHAMPION_KEY = "0de1fb7f" * 8, "54768706" * 8  # keys of the H200 agent flow's builds
-
-
-def timing(ms: float) -> TimingStats:
-    return TimingStats(
-        mode="per_launch",
-        l2="cold",
-        clock="cuda_events",
-        launches_per_sample=1,
-        n=30,
-        median_ms=ms,
-        p95_ms=ms,
-        mean_ms=ms,
-        min_ms=ms,
-        max_ms=ms,
-        stddev_ms=0.0,
-        cv=0.0,
-        median_ci_rel=0.001,
-        stop_reason="precision reached",
-        warmup_ms=100.0,
-        warmup_launches=10,
-    )
 
 
 def bench(key: str, ms: float, **changes) -> BenchResult:
