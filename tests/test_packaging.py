@@ -39,3 +39,11 @@ def test_entry_points_name_the_plugin_modules():
         module = project["entry-points"]["kopt"][name]
         assert module.split(".")[0] == folder
         assert (REPO / folder / Path(*module.split(".")[1:])).with_suffix(".py").is_file()
+
+
+@pytest.mark.parametrize("folder", ["kopt_core", "kopt_cuda", "kopt_triton", "kopt_cutlass"])
+def test_each_distribution_ships_py_typed(folder):
+    """PEP 561: a type checker reads an installed package's annotations only when it ships py.typed."""
+    config = tomllib.loads((REPO / folder / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert (REPO / folder / "py.typed").is_file()
+    assert "py.typed" in config["package-data"][folder]
