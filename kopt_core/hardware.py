@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 
 from attrs import frozen
+
+from kopt_core.process import run_in_group
+from kopt_core.tools import find_on_path
 
 # A kernel built with no GPU to ask targets this architecture (kopt's reference machine is an H200).
 DEFAULT_ARCH = "sm_90a"
@@ -25,23 +27,20 @@ class GpuInfo:
 
 def detect_gpus(timeout_s: float = 20.0) -> tuple[list[GpuInfo], str]:
     """(GPUs, reason there are none). Respects a numeric CUDA_VISIBLE_DEVICES."""
-    smi = shutil.which("nvidia-smi")
+    smi = find_on_path("nvidia-smi")
     if smi is None:
         return [], "nvidia-smi is not on PATH: this machine has no NVIDIA driver (no GPU)"
-    try:
-        out = subprocess.run(
-            [
-                smi,
-                "--query-gpu=index,name,compute_cap,driver_version,memory.total",
-                "--format=csv,noheader,nounits",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return [], f"nvidia-smi failed: {exc}"
+    out = run_in_group(
+        [
+            smi,
+            "--query-gpu=index,name,compute_cap,driver_version,memory.total",
+            "--format=csv,noheader,nounits",
+        ],
+        timeout_s=timeout_s,
+        stdin=subprocess.DEVNULL,
+    )
+    if out.returncode is None:
+        return [], f"nvidia-smi failed: {'timed out' if out.timed_out else out.error}"
     if out.returncode != 0:
         return [], f"nvidia-smi failed: {(out.stderr or out.stdout).strip()[:300]}"
     gpus = []

@@ -33,6 +33,11 @@ def tool_folders(tool: str) -> list[str]:
     return folders
 
 
+def find_on_path(program: str) -> str | None:
+    """``program``'s absolute path if it is on PATH (a driver tool such as nvidia-smi), else None."""
+    return shutil.which(program)
+
+
 def find_tool(tool: str) -> str | None:
     on_path = shutil.which(tool)
     if on_path:

@@ -183,16 +183,13 @@ def export_csv(report: Path, page: str, *, ncu: str | None = None, timeout_s: fl
         raise HardwareError(
             f"ncu is needed to read {report}", hint="install Nsight Compute, or import a CSV export"
         )
-    done = subprocess.run(
-        [ncu, "--import", str(report), "--csv", "--page", page],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
+    done = run_in_group(
+        [ncu, "--import", str(report), "--csv", "--page", page], timeout_s=timeout_s, stdin=subprocess.DEVNULL
     )
     if done.returncode != 0:
+        why = "timed out" if done.timed_out else done.error or f"exit {done.returncode}"
         raise HardwareError(
-            f"ncu --import {report} --page {page} failed (exit {done.returncode}): "
+            f"ncu --import {report} --page {page} failed ({why}): "
             f"{(done.stderr or done.stdout).strip()[:500]}"
         )
     return done.stdout

@@ -26,6 +26,7 @@ from typing import Any
 from attrs import field, frozen
 
 from kopt_core.errors import EXIT_CONFIG, ConfigError, HardwareError
+from kopt_core.process import run_in_group
 from kopt_core.records.fields import as_tuple
 from kopt_core.refdata import load_document
 from kopt_core.tools import find_tool
@@ -374,18 +375,18 @@ def disassemble_file(path: str | Path, cuobjdump: str | None = None) -> str:
             "cuobjdump not found (no backend offered one, and none in the CUDA toolkit)",
             hint="install the CUDA toolkit, or pip install triton (its wheel ships cuobjdump)",
         )
-    try:
-        completed = subprocess.run(
-            # an argv list, no shell (cuobjdump uses none either); absolute, so that a name starting
-            # with "-" is never read as an option
-            [tool, "--dump-sass", str(Path(path).absolute())],
-            capture_output=True,
-            text=True,
-            timeout=CUOBJDUMP_TIMEOUT_S,
-            check=False,
+    # an argv list, no shell (cuobjdump uses none either); absolute, so that a name starting with "-" is
+    # never read as an option
+    command = [tool, "--dump-sass", str(Path(path).absolute())]
+    completed = run_in_group(command, timeout_s=CUOBJDUMP_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    if completed.returncode is None:
+        # said as Python says it: "[Errno 2] No such file ...", "Command [...] timed out after 60 seconds"
+        why = (
+            subprocess.TimeoutExpired(command, CUOBJDUMP_TIMEOUT_S)
+            if completed.timed_out
+            else completed.error.partition(": ")[2]
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SassToolError(f"cannot run {tool} on {path}: {exc}") from None
+        raise SassToolError(f"cannot run {tool} on {path}: {why}")
     said = (completed.stderr or completed.stdout).strip()
     if completed.returncode != 0 and _NO_DEVICE_CODE.search(said):
         raise SassInputError(
