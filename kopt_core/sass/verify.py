@@ -66,7 +66,7 @@ class SassListing:
     def instructions(self) -> tuple[str, ...]:
         return tuple(op for function in self.functions for op in function.instructions)
 
-    def counts(self) -> Counter:
+    def counts(self) -> Counter[str]:
         return Counter(self.instructions)
 
     @property
@@ -98,7 +98,7 @@ class SassRule:
 class Signature:
     method: str
     not_applicable: str | None = None
-    rules: dict = field(factory=dict)  # arch -> SassRule
+    rules: dict[str, SassRule] = field(factory=dict)  # arch -> SassRule
     note: str = ""
 
     def rule_for(self, arch: str) -> SassRule | None:
@@ -111,7 +111,7 @@ class Signature:
 @frozen
 class SignatureSet:
     schema_version: int
-    signatures: dict  # method id -> Signature
+    signatures: dict[str, Signature]  # method id -> Signature
     source: str = ""
 
     def get(self, method: str) -> Signature | None:
@@ -191,7 +191,7 @@ def parse_sass(text: str) -> SassListing:
 # --------------------------------------------------------------------------------------------- loading
 
 
-def _build(document: dict, where: str) -> SignatureSet:
+def _build(document: dict[str, Any], where: str) -> SignatureSet:
     signatures = {}
     for method, entry in document["signatures"].items():
         if "not_applicable" in entry:
@@ -243,7 +243,7 @@ def _arch_keys(arch: str) -> list[str]:
     return keys
 
 
-def _matches(pattern: str, counts: Counter) -> dict[str, int]:
+def _matches(pattern: str, counts: Counter[str]) -> dict[str, int]:
     compiled = re.compile(pattern)
     return {op: n for op, n in counts.items() if compiled.search(op)}
 
@@ -296,7 +296,7 @@ def _check(method: str, rule: SassRule, listing: SassListing, baseline: SassList
     return verdict("pass" if ok else "fail", detail)
 
 
-def _union(patterns: Iterable[str], counts: Counter) -> dict[str, int]:
+def _union(patterns: Iterable[str], counts: Counter[str]) -> dict[str, int]:
     union: dict[str, int] = {}
     for pattern in patterns:
         union.update(_matches(pattern, counts))
