@@ -66,8 +66,7 @@ from typing import Any
 
 import attrs
 
-from kopt_core.bench.executor import SharedExecutor, WorkerExecutor
-from kopt_core.bench.runner import run_worker
+from kopt_core.bench.executor import SharedExecutor, WorkerExecutor, run_worker
 from kopt_core.cli.render import finished_steps
 from kopt_core.jsonio import write_json
 from kopt_core.plugins import PluginManager, get_plugin_manager

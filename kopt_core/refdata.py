@@ -12,9 +12,8 @@ from kopt_core.errors import ConfigError
 
 
 def references_dir() -> Path:
-    import kopt_core
-
-    return Path(kopt_core.__file__).resolve().parent / "references"
+    """kopt_core/references/, beside this module (the package folder)."""
+    return Path(__file__).resolve().parent / "references"
 
 
 def packaged_text(relative: str) -> tuple[str, str]:

@@ -5,6 +5,6 @@ run many candidates, and paired comparisons, through one long-lived worker (``be
 worker loads the artifact through the backend's launcher (``kopt_core.bench.launchers``).
 """
 
-from kopt_core.bench.runner import run_worker
+from kopt_core.bench.executor import run_worker
 
 __all__ = ["run_worker"]

@@ -369,6 +369,14 @@ class WorkerExecutor:
             self._worker = None
 
 
+def run_worker(request: BenchRequest) -> BenchResult:
+    """Check and time ``request.artifact`` in a fresh worker process. A crash, a CUDA error or a hang fails
+    this candidate (status ``failed``) and never the caller. The worker's files live in a temporary folder
+    that is removed afterwards."""
+    with WorkerExecutor() as executor:
+        return executor.bench(request)
+
+
 def _spawn_context() -> tuple[str, tuple[tuple[str, str], ...]]:
     """What a worker inherits when it starts and cannot take in later: the working folder and the
     environment (less the reference checks, which only spare a worker work it would otherwise do)."""
@@ -456,4 +464,12 @@ class SharedExecutor:
 shared_executor = SharedExecutor()
 
 
-__all__ = ["Executor", "PairedPlan", "PairedRequest", "SharedExecutor", "WorkerExecutor", "shared_executor"]
+__all__ = [
+    "Executor",
+    "PairedPlan",
+    "PairedRequest",
+    "SharedExecutor",
+    "WorkerExecutor",
+    "run_worker",
+    "shared_executor",
+]

@@ -1,9 +1,7 @@
 """Turn whatever became of a bench worker's command into a record: the worker's own result when it finished,
 else a failed BenchResult (or PairedMeasurement) that says how the worker ended, in which stage, with what
-it had established and the tail of its stderr.
-
-``run_worker(request)`` checks and times one kernel in a fresh worker process of its own (a one-shot
-``kopt_core.bench.executor.WorkerExecutor``); steps that run many candidates keep one executor open.
+it had established and the tail of its stderr. The executor (``kopt_core.bench.executor``) builds on
+these helpers; ``executor.run_worker(request)`` checks and times one kernel in a one-shot worker.
 """
 
 from __future__ import annotations
@@ -48,16 +46,6 @@ def base_fields(request: BenchRequest) -> dict:
         "kopt_version": kopt_core.__version__,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-
-
-def run_worker(request: BenchRequest) -> BenchResult:
-    """Check and time ``request.artifact`` in a fresh worker process. A crash, a CUDA error or a hang fails
-    this candidate (status ``failed``) and never the caller. The worker's files live in a temporary folder
-    that is removed afterwards."""
-    from kopt_core.bench.executor import WorkerExecutor  # the executor builds on this module's helpers
-
-    with WorkerExecutor() as executor:
-        return executor.bench(request)
 
 
 class Progress(Protocol):
