@@ -94,7 +94,7 @@ def test_the_peak_dtype_of_an_imported_report_is_the_input_with_most_bytes(tmp_p
 
 def test_the_options_of_the_command_reach_the_evidence(tmp_path):
     from kopt_core.records import to_data
-    from kopt_core.roofline.ceilings import DEFAULT_CEILINGS
+    from kopt_core.records.roofline import DEFAULT_CEILINGS
 
     ceilings = {**to_data(DEFAULT_CEILINGS), "bandwidth_bytes_per_s": 3.0e12, "source": "a test file"}
     path = tmp_path / "ceilings.json"

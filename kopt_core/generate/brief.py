@@ -26,9 +26,9 @@ from kopt_core.records.converter import read_document
 from kopt_core.records.fields import as_tuple
 from kopt_core.records.kernel import Param
 from kopt_core.records.loop import AblationSpec, BranchSpec, Candidates
+from kopt_core.records.roofline import AXES, NcuTop, Roofline, TopMetric
 from kopt_core.records.state import HistoryEntry, State
 from kopt_core.refdata import packaged_text
-from kopt_core.roofline.records import AXES, NcuTop, Roofline, TopMetric
 from kopt_core.run.candidates import METHODS_FILE
 from kopt_core.run.layout import baseline_dir
 

@@ -18,7 +18,7 @@ from attrs import field, frozen
 
 from kopt_core.records.fields import as_tuple
 from kopt_core.records.profile import BufferMoved, ProfiledKernel, WorkloadUsed
-from kopt_core.roofline.records import Roofline
+from kopt_core.records.roofline import Roofline
 
 DERIVED_EVIDENCE = {
     "dram_excess_ratio": "ncu's DRAM bytes over the workload model's bytes_min (the reference's model, else "

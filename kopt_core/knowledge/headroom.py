@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kopt_core.knowledge.methods import HeadroomTerm, Method
+from kopt_core.records.roofline import Roofline
 from kopt_core.roofline.gaps import axis_budget
-from kopt_core.roofline.records import Roofline
 
 LAUNCH_LATENCY_MS = 0.004  # what one more launch costs on the host and GPU (MEASUREMENT.md: 2-5 us)
 HEADROOM_DIGITS = 2  # headrooms equal to two decimals tie, and priority decides

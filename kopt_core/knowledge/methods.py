@@ -25,8 +25,8 @@ from attrs import field, frozen
 
 from kopt_core.errors import ConfigError
 from kopt_core.records.fields import as_tuple
+from kopt_core.records.roofline import AXES
 from kopt_core.refdata import load_document
-from kopt_core.roofline.records import AXES
 
 REGISTRY_FILE = "method_registry.json"
 SCHEMA_FILE = "schemas/v1/method_registry.schema.json"

@@ -33,7 +33,7 @@ from kopt_core.knowledge.headroom import headroom, rank_key
 from kopt_core.knowledge.methods import AllOf, Condition, Method, MethodRegistry
 from kopt_core.records.converter import MIGRATIONS
 from kopt_core.records.fields import as_tuple
-from kopt_core.roofline.records import AXES
+from kopt_core.records.roofline import AXES
 
 SELECTION_SCHEMA_VERSION = 2
 SELECTION_KIND = "methods"  # methods.json's document kind, for its migrations

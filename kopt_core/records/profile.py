@@ -10,7 +10,7 @@ from attrs import field, frozen, validators
 
 from kopt_core.records.converter import read_document
 from kopt_core.records.fields import as_tuple
-from kopt_core.roofline.records import Ceilings
+from kopt_core.records.roofline import DEFAULT_CEILINGS, Ceilings
 
 PROFILE_SCHEMA_VERSION = 1
 
@@ -68,14 +68,6 @@ class ProfileLaunch:
     env: dict[str, str] = field(factory=dict)  # extra environment for the profiled process
 
 
-def _built_in_ceilings() -> Ceilings:
-    # kopt_core.roofline.ceilings is imported on use, as kopt_core.roofline does: importing the records
-    # must not load it before ``python -m kopt_core.roofline.ceilings`` runs it as __main__
-    from kopt_core.roofline.ceilings import DEFAULT_CEILINGS
-
-    return DEFAULT_CEILINGS
-
-
 @frozen
 class ProfileOptions:
     """How a profile is taken and read, the same for every kernel of a command or a run: how ncu runs
@@ -87,7 +79,7 @@ class ProfileOptions:
     bundle: str | None = field(default=None, validator=validators.optional(validators.in_(("full", "light"))))
     ncu_timeout_s: float = 600.0  # the limit for one ncu run
     full_timeout_s: float | None = None  # the limit for a full-set run (None: ncu_timeout_s); then light
-    ceilings: Ceilings = field(factory=_built_in_ceilings)  # the default: the built-in H200 figures
+    ceilings: Ceilings = DEFAULT_CEILINGS  # the default: the built-in H200 figures
 
 
 @frozen

@@ -14,7 +14,7 @@ from attrs import field, frozen
 
 from kopt_core.records.backend import ProbeResult
 from kopt_core.records.fields import as_tuple
-from kopt_core.roofline.records import Ceilings, Roofline
+from kopt_core.records.roofline import DEFAULT_CEILINGS, Ceilings, Roofline
 
 STATE_SCHEMA_VERSION = 7
 ENV_SCHEMA_VERSION = 2
@@ -197,6 +197,13 @@ class State:
         """How many iterations were updated (verified or not): the next to open is this plus one. An
         unverified iteration is closed too; it only never counts in verified_iterations."""
         return max((entry.iteration for entry in self.history), default=0)
+
+
+def ceilings_of(state: State) -> Ceilings:
+    """The ceilings the gate measured (env.json), else the built-in H200 figures (docs/measurement.md)."""
+    if state.env is not None and state.env.ceilings is not None:
+        return state.env.ceilings
+    return DEFAULT_CEILINGS
 
 
 @frozen

@@ -1,7 +1,8 @@
 """Device ceilings: what the GPU reaches at best, for the roofline.
 
-``DEFAULT_CEILINGS`` are MEASUREMENT.md's H200 figures. ``measure_ceilings`` measures them on the GPU
-it runs on (torch is imported inside, so this module imports without it):
+``measure_ceilings`` measures them on the GPU it runs on (torch is imported inside, so this module imports
+without it); the built-in H200 figures, read when nothing was measured, are
+``kopt_core.records.roofline.DEFAULT_CEILINGS``:
 
     python -m kopt_core.roofline.ceilings OUT.json
 
@@ -24,33 +25,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from kopt_core.roofline.records import Ceilings
+from kopt_core.records.roofline import Ceilings
 
 GIB = 1 << 30
-H200_L2_BYTES = 62914560  # torch.cuda.get_device_properties(0).L2_cache_size on the lent H200 (60 MiB)
-
-DEFAULT_CEILINGS = Ceilings(
-    device="NVIDIA H200",
-    bandwidth_bytes_per_s=4.28e12,
-    flops_per_s={
-        "bfloat16": 801e12,
-        "float16": 769e12,
-        "tf32": 414e12,
-        "float32": 50.9e12,
-        # torch._int_mm (cuBLASLt) at 8192^3, the best of 5 runs on the H200, 2026-12-01: what a library
-        # reaches, far below the datasheet's dense int8 rate; a kernel above it reads below_floor
-        "int8": 127e12,
-    },
-    source="MEASUREMENT.md (H200, 2026-11-29; int8 2026-12-01)",
-    l2_cache_bytes=H200_L2_BYTES,
-    details={
-        "bandwidth": "PyTorch device-to-device copy, bytes read + written",
-        "flops": "dense torch.matmul per dtype; float32 with TF32 off",
-        "note": "measure the ceilings on the device (kopt gate, or measure_ceilings) before trusting "
-        "below_floor",
-    },
-)
-
 MATMUL_N = 8192
 BANDWIDTH_RUNS = 10
 MATMUL_RUNS = 5

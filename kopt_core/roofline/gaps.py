@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from kopt_core.records.roofline import AXES, Bound, Ceilings, Roofline
 from kopt_core.roofline.heuristic import bottleneck_gaps
 from kopt_core.roofline.model import why_no_roofline, workload_roofline
 
@@ -25,7 +26,6 @@ from kopt_core.roofline.reading import (
     known,
     pct,
 )
-from kopt_core.roofline.records import AXES, Bound, Ceilings, Roofline
 from kopt_core.roofline.top import build_ncu_top, metric_values  # noqa: F401
 
 BUDGET_TOTAL = 3

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kopt_core.records.roofline import Achieved, Ceilings
 from kopt_core.roofline.reading import LABEL_ROOFLINE, AxisReading, clamp01, format_rate, known, pct
-from kopt_core.roofline.records import Achieved, Ceilings
 
 BELOW_FLOOR_TOLERANCE = 0.02  # a utilisation above 1.02 means the kernel beat the roofline
 

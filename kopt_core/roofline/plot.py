@@ -24,9 +24,9 @@ from typing import Any, Literal
 from attrs import field, frozen
 from attrs.validators import in_
 
+from kopt_core.records.roofline import AXES, Ceilings, Roofline
 from kopt_core.roofline.model import BELOW_FLOOR_TOLERANCE, workload_field, write_back_allowance
 from kopt_core.roofline.reading import format_rate, known
-from kopt_core.roofline.records import AXES, Ceilings, Roofline
 
 PointKind = Literal["baseline", "champion", "kernel"]
 PointView = Literal["roofline", "memory", "left out"]

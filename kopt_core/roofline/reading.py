@@ -10,7 +10,7 @@ from typing import Any, Final
 from attrs import field, frozen
 
 from kopt_core.records.fields import as_tuple
-from kopt_core.roofline.records import Achieved, Ceilings, Label
+from kopt_core.records.roofline import Achieved, Ceilings, Label
 
 # Final: their types are the Literal values roofline.json's ``label`` takes (``records.Label``)
 LABEL_ROOFLINE: Final = "roofline"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from kopt_core.records.roofline import AXES, NcuTop, TopMetric
 from kopt_core.roofline.reading import SATURATED_PCT, clamp01, known
-from kopt_core.roofline.records import AXES, NcuTop, TopMetric
 
 IDLE_PCT = 0.1  # a 'low is bad' percentage below this is an idle unit, not a bottleneck
 

@@ -19,13 +19,12 @@ from kopt_core.errors import (
 )
 from kopt_core.jsonio import write_json
 from kopt_core.records import BenchOptions, ProfileOptions, to_data
-from kopt_core.records.state import RooflineHistoryEntry, State
-from kopt_core.roofline.records import Ceilings
+from kopt_core.records.state import RooflineHistoryEntry, State, ceilings_of
 from kopt_core.run.layout import baseline_dir
 from kopt_core.run.store import RunStore
 from kopt_core.run.summary import render_summary
 from kopt_core.steps.bench import Prepared, exit_code, prepare, run_bench
-from kopt_core.steps.profile import load_ceilings, profile_prepared
+from kopt_core.steps.profile import profile_prepared
 
 NOISE_FILE = "noise_aa.json"
 
@@ -42,13 +41,6 @@ def stop_on_failure(store: RunStore, stage: str, error: KoptError, iteration: in
     """Stop the run as docs/loop.md says (stop.json, run_status=stopped, summary.md) and re-raise."""
     store.write_stop(stage, str(error), error.exit_code, iteration=iteration)
     raise error
-
-
-def ceilings_of(state: State) -> Ceilings:
-    """The ceilings the gate measured (env.json), else the built-in H200 figures (docs/measurement.md)."""
-    if state.env is not None and state.env.ceilings is not None:
-        return state.env.ceilings
-    return load_ceilings(None)
 
 
 def profile_options(state: State, bundle: str | None = None) -> ProfileOptions:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from kopt_core.jsonio import write_text_atomic
 from kopt_core.records import read_bench_result
+from kopt_core.records.state import ceilings_of
 from kopt_core.run.layout import baseline_dir
 
 
@@ -176,8 +177,8 @@ def _roofline_points(state) -> list:
     """The baseline's profile and each iteration's champion profile, where a workload model placed them."""
     from kopt_core.jsonio import read_json
     from kopt_core.records import from_data
+    from kopt_core.records.roofline import Roofline
     from kopt_core.roofline.plot import PointKind, RooflinePoint
-    from kopt_core.roofline.records import Roofline
     from kopt_core.run.layout import iteration_dir
 
     sources: list[tuple[str, Path, PointKind]] = [
@@ -203,8 +204,6 @@ def _roofline_points(state) -> list:
 
 def _charts(store, state, base: float | None) -> list[str]:
     """The two pictures of the run, written beside summary.md, and the lines that show them."""
-    from kopt_core.run.seed import ceilings_of
-
     lines: list[str] = []
     run_dir = Path(state.run_dir)
     points = _roofline_points(state)

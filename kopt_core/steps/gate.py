@@ -38,8 +38,8 @@ from kopt_core.ncu.parse import parse_raw_csv
 from kopt_core.process import run_in_group
 from kopt_core.records import ProbeResult, from_data, read_document, to_data
 from kopt_core.records.fields import as_tuple
+from kopt_core.records.roofline import Ceilings
 from kopt_core.records.state import Env, EnvGpu, ToolFound
-from kopt_core.roofline.records import Ceilings
 from kopt_core.tools import find_tool, tool_folders
 
 MAX_ATTEMPTS = 3

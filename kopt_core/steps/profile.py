@@ -45,12 +45,11 @@ from kopt_core.records import (
     from_data,
     to_data,
 )
+from kopt_core.records.roofline import DEFAULT_CEILINGS, Ceilings, NcuTop, Roofline
 from kopt_core.reference import ReferenceModule, load_reference
-from kopt_core.roofline.ceilings import DEFAULT_CEILINGS
 from kopt_core.roofline.gaps import build_ncu_top, compute_roofline, metric_values
 from kopt_core.roofline.model import default_bytes_min, default_memory_floor
 from kopt_core.roofline.plot import plot_roofline
-from kopt_core.roofline.records import Ceilings, NcuTop, Roofline
 from kopt_core.steps.bench import Prepared, prepare, run_bench
 
 # Before profiling, a short check and timing: no evidence is gathered on a kernel that fails, and the

@@ -21,7 +21,7 @@ from kopt_core.knowledge.evidence import (
 from kopt_core.knowledge.methods import load_methods
 from kopt_core.knowledge.select import ProfileEvidence, SelectionContext, select_methods
 from kopt_core.records import BufferMoved, ProfiledKernel, WorkloadUsed
-from kopt_core.roofline.ceilings import DEFAULT_CEILINGS
+from kopt_core.records.roofline import DEFAULT_CEILINGS
 from kopt_core.roofline.model import default_bytes_min, default_memory_floor
 from kopt_core.steps.profile import workload_used
 from kopt_core.steps.select import read_evidence, read_kernel_facts, select_from_evidence, select_standalone

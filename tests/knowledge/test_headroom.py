@@ -15,7 +15,7 @@ from kopt_core.knowledge.headroom import (
     term_value,
 )
 from kopt_core.knowledge.methods import HeadroomTerm, Method, Relations, Trigger, load_methods
-from kopt_core.roofline.records import Roofline
+from kopt_core.records.roofline import Roofline
 
 
 def term(as_: str, of: float | None = None, scale: float = 1.0, metric: str = "m") -> HeadroomTerm:

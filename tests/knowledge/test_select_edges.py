@@ -26,7 +26,7 @@ from kopt_core.knowledge.select import (
     select_methods,
     validate_choice,
 )
-from kopt_core.roofline.records import AXES
+from kopt_core.records.roofline import AXES
 
 REGISTRY = load_methods()
 ROOM = {"compute": 2, "memory": 2, "latency": 2}  # every axis at the per-axis cap

@@ -13,7 +13,8 @@ pytest.importorskip("matplotlib")
 from matplotlib import image  # noqa: E402
 
 from kopt_core.records.bench import TimingStats, Workload  # noqa: E402
-from kopt_core.roofline import DEFAULT_CEILINGS, compute_roofline  # noqa: E402
+from kopt_core.records.roofline import DEFAULT_CEILINGS, Ceilings  # noqa: E402
+from kopt_core.roofline import compute_roofline  # noqa: E402
 from kopt_core.roofline import plot as plot_module  # noqa: E402
 from kopt_core.roofline.plot import (  # noqa: E402
     ABOVE_ROOF_NOTE,
@@ -22,7 +23,6 @@ from kopt_core.roofline.plot import (  # noqa: E402
     roofline_chart,
     roofline_geometry,
 )
-from kopt_core.roofline.records import Ceilings  # noqa: E402
 from kopt_core.run.charts import SpeedupPoint, speedup_chart, speedup_geometry  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]

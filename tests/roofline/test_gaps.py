@@ -9,7 +9,8 @@ import pytest
 
 from kopt_core.jsonio import read_json, write_json
 from kopt_core.records import from_data, to_data
-from kopt_core.roofline import DEFAULT_CEILINGS, Ceilings, Roofline, axis_budget, compute_roofline
+from kopt_core.records.roofline import DEFAULT_CEILINGS, Ceilings, Roofline
+from kopt_core.roofline import axis_budget, compute_roofline
 from kopt_core.roofline.gaps import LABEL_HEURISTIC, LABEL_ROOFLINE
 
 # the H200 figures of docs/measurement.md

@@ -12,7 +12,8 @@ import math
 
 import pytest
 
-from kopt_core.roofline import Ceilings, axis_budget, compute_roofline
+from kopt_core.records.roofline import Ceilings
+from kopt_core.roofline import axis_budget, compute_roofline
 from kopt_core.roofline.gaps import (
     LABEL_HEURISTIC,
     LABEL_ROOFLINE,

@@ -11,7 +11,8 @@ import importlib
 
 import pytest
 
-from kopt_core.roofline import Ceilings, axis_budget, compute_roofline
+from kopt_core.records.roofline import Ceilings
+from kopt_core.roofline import axis_budget, compute_roofline
 from kopt_core.roofline.reading import LABEL_ROOFLINE, AxisReading
 
 # by name: kopt_core.roofline re-exports functions under the submodules' names

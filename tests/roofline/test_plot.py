@@ -11,7 +11,8 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from kopt_core.roofline import DEFAULT_CEILINGS, compute_roofline  # noqa: E402
+from kopt_core.records.roofline import DEFAULT_CEILINGS  # noqa: E402
+from kopt_core.roofline import compute_roofline  # noqa: E402
 from kopt_core.roofline.plot import plot_roofline  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -6,7 +6,8 @@ import pytest
 
 from kopt_core.jsonio import read_json, write_json
 from kopt_core.records import from_data, to_data
-from kopt_core.roofline import NcuTop, build_ncu_top, metric_values, top_metrics, unknown_keys
+from kopt_core.records.roofline import NcuTop
+from kopt_core.roofline import build_ncu_top, metric_values, top_metrics, unknown_keys
 
 
 def row(key, value, axis, bad_when="high", unit="%", status="measured", ncu_name=None):

@@ -21,10 +21,15 @@ from kopt_core.records import (
     read_profile_summary,
     to_data,
 )
-from kopt_core.records.state import ENV_SCHEMA_VERSION, STATE_SCHEMA_VERSION, EnvGpu, RooflineHistoryEntry
-from kopt_core.roofline.records import Roofline
+from kopt_core.records.roofline import Roofline
+from kopt_core.records.state import (
+    ENV_SCHEMA_VERSION,
+    STATE_SCHEMA_VERSION,
+    EnvGpu,
+    RooflineHistoryEntry,
+    ceilings_of,
+)
 from kopt_core.run.iteration import open_iteration, select_in_run
-from kopt_core.run.seed import ceilings_of
 from kopt_core.run.store import RunStore, read_env
 from kopt_core.run.summary import render_summary
 

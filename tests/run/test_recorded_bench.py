@@ -117,7 +117,7 @@ def profiled(monkeypatch):
     import kopt_core.run.iteration as iteration_module
     from kopt_core.jsonio import read_json
     from kopt_core.records import from_data
-    from kopt_core.roofline.records import Roofline
+    from kopt_core.records.roofline import Roofline
 
     roofline = from_data(
         read_json(Path(__file__).parents[1] / "fixtures" / "h200" / "runs" / "sgemm_naive" / "roofline.json"),

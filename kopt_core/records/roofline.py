@@ -1,5 +1,8 @@
 """What step 3b persists: the device ceilings, the roofline gaps and budgets (roofline.json) and the
-top ncu metrics per axis (ncu_top.json). Frozen attrs; JSON through ``kopt_core.records.to_data``."""
+top ncu metrics per axis (ncu_top.json). Frozen attrs; JSON through ``kopt_core.records.to_data``.
+
+``DEFAULT_CEILINGS`` are docs/measurement.md's H200 figures, what a profile is read against when nothing
+was measured; ``kopt_core.roofline.ceilings`` measures a device's own."""
 
 from __future__ import annotations
 
@@ -34,6 +37,31 @@ class Ceilings:
     # few bytes can read above the bandwidth ceiling by about l2_cache_bytes / bytes moved
     l2_cache_bytes: int | None = None
     schema_version: int = CEILINGS_SCHEMA_VERSION
+
+
+H200_L2_BYTES = 62914560  # torch.cuda.get_device_properties(0).L2_cache_size on the lent H200 (60 MiB)
+
+DEFAULT_CEILINGS = Ceilings(
+    device="NVIDIA H200",
+    bandwidth_bytes_per_s=4.28e12,
+    flops_per_s={
+        "bfloat16": 801e12,
+        "float16": 769e12,
+        "tf32": 414e12,
+        "float32": 50.9e12,
+        # torch._int_mm (cuBLASLt) at 8192^3, the best of 5 runs on the H200, 2026-12-01: what a library
+        # reaches, far below the datasheet's dense int8 rate; a kernel above it reads below_floor
+        "int8": 127e12,
+    },
+    source="MEASUREMENT.md (H200, 2026-11-29; int8 2026-12-01)",
+    l2_cache_bytes=H200_L2_BYTES,
+    details={
+        "bandwidth": "PyTorch device-to-device copy, bytes read + written",
+        "flops": "dense torch.matmul per dtype; float32 with TF32 off",
+        "note": "measure the ceilings on the device (kopt gate, or measure_ceilings) before trusting "
+        "below_floor",
+    },
+)
 
 
 @frozen
