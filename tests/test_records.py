@@ -29,8 +29,8 @@ from kopt_core.records import (
     read_bench_result,
     read_profile_summary,
     to_data,
+    versions,
 )
-from kopt_core.records import converter as conv
 
 
 def _interface() -> KernelInterface:
@@ -130,7 +130,9 @@ def test_bench_request_round_trip():
 
 def test_migration_steps_run_in_order(monkeypatch):
     monkeypatch.setitem(
-        conv.MIGRATIONS, "doc", {1: lambda d: {"schema_version": 1, "b": d["a"]}, 2: lambda d: {**d, "c": 3}}
+        versions.MIGRATIONS,
+        "doc",
+        {1: lambda d: {"schema_version": 1, "b": d["a"]}, 2: lambda d: {**d, "c": 3}},
     )
     assert migrate("doc", {"schema_version": 1, "a": 2}, 3) == {"schema_version": 3, "b": 2, "c": 3}
     with pytest.raises(ValueError, match="newer"):
@@ -162,7 +164,7 @@ def test_atomic_write_replaces_in_one_rename(tmp_path, monkeypatch):
 def test_read_document_migrates_and_says_what_is_wrong(tmp_path, monkeypatch):
     path = tmp_path / "bench.json"
     write_json(path, {**to_data(_result()), "schema_version": 0, "name": "k.cu"})
-    monkeypatch.setitem(conv.MIGRATIONS, "bench", {0: lambda d: {**d, "kernel": d.pop("name")}})
+    monkeypatch.setitem(versions.MIGRATIONS, "bench", {0: lambda d: {**d, "kernel": d.pop("name")}})
     assert read_bench_result(path).kernel == "k.cu"
     write_json(path, {**to_data(_result()), "schema_version": 2})
     with pytest.raises(ValueError, match="newer"):
@@ -310,11 +312,11 @@ def _loop_records():
 
 def test_the_iteration_documents_round_trip_through_json(tmp_path):
     from kopt_core.records import read_attribution, read_explore, read_sass_check
-    from kopt_core.run.store import read_record
+    from kopt_core.records.versions import read_document
 
     candidates, explore, attribution, sass = _loop_records()
     for record, read in (
-        (candidates, lambda p: read_record(p, "candidates", 1, type(candidates), what=str(p))),
+        (candidates, lambda p: read_document(p, type(candidates), "candidates", what=str(p))),
         (explore, read_explore),
         (attribution, read_attribution),
         (sass, read_sass_check),

@@ -22,17 +22,16 @@ from kopt_core.generate.base import GenerationContext
 from kopt_core.jsonio import write_json, write_text_atomic
 from kopt_core.records import read_bench_result, to_data
 from kopt_core.records.bench import BufferReport, Tolerance
-from kopt_core.records.converter import read_document
 from kopt_core.records.fields import as_tuple
 from kopt_core.records.kernel import Param
 from kopt_core.records.loop import AblationSpec, BranchSpec, Candidates
 from kopt_core.records.roofline import AXES, NcuTop, Roofline, TopMetric
 from kopt_core.records.state import HistoryEntry, State
+from kopt_core.records.versions import BRIEF_SCHEMA_VERSION, SELECTION_KIND, read_document
 from kopt_core.refdata import packaged_text
 from kopt_core.run.candidates import METHODS_FILE
 from kopt_core.run.layout import baseline_dir
 
-BRIEF_SCHEMA_VERSION = 1
 # Below this headroom for every pick, brief.md suggests a hyperparameter-only iteration (--methods none).
 LOW_HEADROOM = 0.10
 CATALOG_FILE = "optimization_catalog.md"
@@ -243,13 +242,10 @@ def catalog_cards() -> dict[str, str]:
 def _methods(folder: Path, methods: tuple[str, ...]) -> tuple[tuple[BriefMethod, ...], str, str | None, str]:
     """(the methods with their cards, chosen_by, why, numerics_mode) from methods.json."""
     from kopt_core.knowledge.methods import load_methods
-    from kopt_core.knowledge.select import SELECTION_SCHEMA_VERSION, Selection
-    from kopt_core.run.store import read_record
+    from kopt_core.knowledge.select import Selection
 
     path = folder / METHODS_FILE
-    selection = read_record(
-        path, "methods", SELECTION_SCHEMA_VERSION, Selection, what=str(path), hint="run kopt select again"
-    )
+    selection = read_document(path, Selection, SELECTION_KIND, what=str(path), hint="run kopt select again")
     picked = {p.id: p for p in selection.selected}
     registry = load_methods()
     cards = catalog_cards()

@@ -31,12 +31,10 @@ from attrs import field, frozen
 from kopt_core.errors import ConfigError
 from kopt_core.knowledge.headroom import headroom, rank_key
 from kopt_core.knowledge.methods import AllOf, Condition, Method, MethodRegistry
-from kopt_core.records.converter import MIGRATIONS
 from kopt_core.records.fields import as_tuple
 from kopt_core.records.roofline import AXES
+from kopt_core.records.versions import SELECTION_SCHEMA_VERSION
 
-SELECTION_SCHEMA_VERSION = 2
-SELECTION_KIND = "methods"  # methods.json's document kind, for its migrations
 AXIS_CAP = 2
 # A kernel within 10% of its roofline floor (floor_ms / duration_ms >= 0.9) has at most 10% left for any
 # method that keeps its work and the peak it is measured against: only floor-lowering methods are tried.
@@ -124,17 +122,6 @@ class Selection:
     @property
     def scan_ids(self) -> tuple[str, ...]:
         return tuple(p.id for p in self.scan_selected)
-
-
-def selection_v1_to_v2(data: dict) -> dict:
-    """v1 -> v2: the scan chose every v1 selection, so it has no reason and its picks are the scan's."""
-    data.setdefault("chosen_by", "scan")
-    data.setdefault("why", None)
-    data.setdefault("scan_selected", data.get("selected", []))
-    return data
-
-
-MIGRATIONS.setdefault(SELECTION_KIND, {})[1] = selection_v1_to_v2
 
 
 def kernel_tags(

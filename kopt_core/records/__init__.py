@@ -2,7 +2,6 @@
 
 from kopt_core.records.backend import BackendInfo, ProbeResult
 from kopt_core.records.bench import (
-    BENCH_SCHEMA_VERSION,
     BenchOptions,
     BenchRequest,
     BenchResult,
@@ -17,13 +16,9 @@ from kopt_core.records.bench import (
     read_bench_result,
 )
 from kopt_core.records.build import Artifact, KernelResources, Toolchain
-from kopt_core.records.converter import from_data, make_converter, migrate, read_document, to_data
+from kopt_core.records.converter import from_data, make_converter, to_data
 from kopt_core.records.kernel import BufferSpec, Candidate, KernelInterface, Param
 from kopt_core.records.loop import (
-    ATTRIBUTION_SCHEMA_VERSION,
-    CANDIDATES_SCHEMA_VERSION,
-    EXPLORE_SCHEMA_VERSION,
-    SASS_CHECK_SCHEMA_VERSION,
     AblationSpec,
     AttributionRecord,
     BranchOutcome,
@@ -38,7 +33,6 @@ from kopt_core.records.loop import (
     read_sass_check,
 )
 from kopt_core.records.paired import (
-    PAIRED_SCHEMA_VERSION,
     AblationEffect,
     PairedBlock,
     PairedComparison,
@@ -48,7 +42,6 @@ from kopt_core.records.paired import (
 )
 from kopt_core.records.preflight import PreflightReport
 from kopt_core.records.profile import (
-    PROFILE_SCHEMA_VERSION,
     BufferMoved,
     KernelProfile,
     MetricValue,
@@ -62,6 +55,17 @@ from kopt_core.records.profile import (
     SassFile,
     WorkloadUsed,
     read_profile_summary,
+)
+from kopt_core.records.versions import (
+    ATTRIBUTION_SCHEMA_VERSION,
+    BENCH_SCHEMA_VERSION,
+    CANDIDATES_SCHEMA_VERSION,
+    EXPLORE_SCHEMA_VERSION,
+    PAIRED_SCHEMA_VERSION,
+    PROFILE_SCHEMA_VERSION,
+    SASS_CHECK_SCHEMA_VERSION,
+    migrate,
+    read_document,
 )
 
 __all__ = [

@@ -8,10 +8,8 @@ from typing import Any, Literal
 from attrs import field, frozen
 
 from kopt_core.records.build import Artifact
-from kopt_core.records.converter import read_document
 from kopt_core.records.fields import as_tuple
-
-BENCH_SCHEMA_VERSION = 1
+from kopt_core.records.versions import BENCH_SCHEMA_VERSION, read_document
 
 TimingMode = Literal["auto", "per_launch", "graph", "batched"]
 L2Mode = Literal["cold", "warm"]

@@ -6,6 +6,7 @@ from attrs import field, frozen
 
 from kopt_core.records.fields import as_tuple
 from kopt_core.records.kernel import KernelInterface
+from kopt_core.records.versions import BUILD_SCHEMA_VERSION
 
 
 @frozen
@@ -40,7 +41,7 @@ class Artifact:
     build_seconds: float = 0.0
     log: str = ""  # compiler output (warnings, ptxas report)
     resources: tuple[KernelResources, ...] = field(default=(), converter=as_tuple)
-    schema_version: int = 1  # persisted on its own as a build cache entry's build.json
+    schema_version: int = BUILD_SCHEMA_VERSION  # persisted on its own as a build cache entry's build.json
 
 
 @frozen

@@ -1,30 +1,23 @@
 """The one cattrs converter kopt uses to turn records into JSON data and back.
 
 Records are frozen attrs classes. Persisted documents carry ``schema_version``; reading tolerates
-unknown keys (a newer kopt may add fields) and goes through ``migrate`` for older versions.
+unknown keys (a newer kopt may add fields), and ``kopt_core.records.versions`` reads each versioned
+document through its migrations first.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import attrs
 import cattrs
-from attrs import AttrsInstance
 from cattrs.errors import AttributeValidationNote, IterableValidationNote
 from cattrs.gen import make_dict_structure_fn, make_mapping_structure_fn
 
-from kopt_core.jsonio import read_json
-
 T = TypeVar("T")
-R = TypeVar("R", bound=AttrsInstance)
-
-# document kind -> {from_version: function(dict) -> dict at from_version + 1}
-MIGRATIONS: dict[str, dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {}
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -203,36 +196,3 @@ def to_data(record: Any) -> Any:
 
 def from_data(data: Any, cls: type[T]) -> T:
     return make_converter().structure(data, cls)
-
-
-def migrate(kind: str, data: dict[str, Any], current: int) -> dict[str, Any]:
-    """Bring a persisted document of ``kind`` up to schema version ``current``."""
-    version = data.get("schema_version", 1)
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise ValueError(f"{kind} schema_version must be an integer (got {_kind_of(version)})")
-    if version > current:
-        raise ValueError(f"{kind} has schema_version {version}, newer than this kopt reads ({current})")
-    steps = MIGRATIONS.get(kind, {})
-    while version < current:
-        if version not in steps:
-            raise ValueError(f"no migration for {kind} from schema_version {version}")
-        data = steps[version](dict(data))
-        version += 1
-        data["schema_version"] = version
-    return data
-
-
-def read_document(path: str | os.PathLike[str], cls: type[R], kind: str) -> R:
-    """The JSON document of ``kind`` at ``path`` as ``cls``, migrated up to ``cls``'s schema_version first.
-    Raises OSError when it cannot be read and ValueError when it is no JSON object, is newer than this kopt
-    or is not a ``cls``."""
-    data = read_json(path)
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} is not a JSON object")
-    current = attrs.fields_dict(cls)["schema_version"].default
-    if not isinstance(current, int):
-        raise TypeError(f"{cls.__name__}.schema_version has no int default")
-    try:
-        return from_document(migrate(kind, data, current), cls)
-    except ValueError as exc:
-        raise ValueError(f"{path} is not a {kind} document: {exc}") from None

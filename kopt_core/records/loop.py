@@ -17,9 +17,15 @@ from typing import Any, Literal
 
 from attrs import field, frozen
 
-from kopt_core.records.converter import read_document
 from kopt_core.records.fields import as_tuple
 from kopt_core.records.paired import AblationEffect
+from kopt_core.records.versions import (
+    ATTRIBUTION_SCHEMA_VERSION,
+    CANDIDATES_SCHEMA_VERSION,
+    EXPLORE_SCHEMA_VERSION,
+    SASS_CHECK_SCHEMA_VERSION,
+    read_document,
+)
 
 # What these documents are called in iterv{i}/ (docs/loop.md, "Output layout"). PROMOTION_FILE is the
 # paired comparison of the champion (B) with the best going into the iteration (A).
@@ -28,11 +34,6 @@ EXPLORE_FILE = "explore.json"
 PROMOTION_FILE = "paired.json"
 ATTRIBUTION_FILE = "attribution.json"
 SASS_CHECK_FILE = "sass_check.json"
-
-CANDIDATES_SCHEMA_VERSION = 1
-EXPLORE_SCHEMA_VERSION = 1
-ATTRIBUTION_SCHEMA_VERSION = 1
-SASS_CHECK_SCHEMA_VERSION = 1
 
 AttributionStatus = Literal["measured", "inconclusive"]
 # The vocabulary of kopt_core.sass.verify (SassVerdict.status, STATUSES): one set of SASS verdicts, whether

@@ -12,10 +12,8 @@ import os
 
 from attrs import field, frozen
 
-from kopt_core.records.converter import read_document
 from kopt_core.records.fields import as_tuple
-
-PAIRED_SCHEMA_VERSION = 1
+from kopt_core.records.versions import PAIRED_SCHEMA_VERSION, read_document
 
 
 @frozen

@@ -8,11 +8,9 @@ from typing import Any
 
 from attrs import field, frozen, validators
 
-from kopt_core.records.converter import read_document
 from kopt_core.records.fields import as_tuple
 from kopt_core.records.roofline import DEFAULT_CEILINGS, Ceilings
-
-PROFILE_SCHEMA_VERSION = 1
+from kopt_core.records.versions import PROFILE_SCHEMA_VERSION, read_document
 
 
 @frozen

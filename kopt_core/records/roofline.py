@@ -6,15 +6,17 @@ was measured; ``kopt_core.roofline.ceilings`` measures a device's own."""
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
 
 from attrs import field, frozen
 
 from kopt_core.records.fields import as_tuple
-
-CEILINGS_SCHEMA_VERSION = 1
-ROOFLINE_SCHEMA_VERSION = 1
-NCU_TOP_SCHEMA_VERSION = 1
+from kopt_core.records.versions import (
+    CEILINGS_SCHEMA_VERSION,
+    NCU_TOP_SCHEMA_VERSION,
+    ROOFLINE_SCHEMA_VERSION,
+)
 
 AXES: tuple[str, ...] = ("compute", "memory", "latency")  # also the budget's tie-break order
 
@@ -32,7 +34,7 @@ class Ceilings:
     bandwidth_bytes_per_s: float
     flops_per_s: dict[str, float] = field(factory=dict)
     source: str = ""  # "measured on <device> <date>", or where DEFAULT_CEILINGS' figures were taken from
-    details: dict = field(factory=dict)  # how each figure was measured, per-method results, skips
+    details: dict[str, Any] = field(factory=dict)  # how each figure was measured, per-method results, skips
     # L2 size: up to this many dirty bytes drain to DRAM after a kernel's timed end, so a kernel moving
     # few bytes can read above the bandwidth ceiling by about l2_cache_bytes / bytes moved
     l2_cache_bytes: int | None = None
@@ -74,7 +76,7 @@ class Achieved:
     duration_ms: float
 
 
-def _budget(value) -> dict:
+def _budget(value: Mapping[str, Any]) -> dict[str, int]:
     return {axis: int(value.get(axis, 0)) for axis in AXES}
 
 
@@ -119,7 +121,7 @@ class TopMetric:
     status: str = "measured"  # measured | derived
 
 
-def _axes(value) -> dict:
+def _axes(value: Mapping[str, Iterable[TopMetric]]) -> dict[str, tuple[TopMetric, ...]]:
     return {axis: tuple(value.get(axis, ())) for axis in AXES}
 
 
@@ -135,5 +137,5 @@ class NcuTop:
     unknown: tuple[str, ...] = field(default=(), converter=as_tuple)  # registry keys ncu gave no value for
     kernels: int = 1
     # Every registry key's value (null when unknown): what method selection evaluates triggers on.
-    values: dict = field(factory=dict)
+    values: dict[str, Any] = field(factory=dict)
     schema_version: int = NCU_TOP_SCHEMA_VERSION

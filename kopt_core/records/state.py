@@ -15,9 +15,8 @@ from attrs import field, frozen
 from kopt_core.records.backend import ProbeResult
 from kopt_core.records.fields import as_tuple
 from kopt_core.records.roofline import DEFAULT_CEILINGS, Ceilings, Roofline
+from kopt_core.records.versions import ENV_SCHEMA_VERSION, STATE_SCHEMA_VERSION, STOP_SCHEMA_VERSION
 
-STATE_SCHEMA_VERSION = 7
-ENV_SCHEMA_VERSION = 2
 # compute-sanitizer's limit per tool and branch (state.sanitizer_timeout_s). A 2048^3 register-tiled SGEMM
 # needed 30 s under racecheck on the H200; another needed more than 385 s under four tools at once.
 SANITIZER_TIMEOUT_S = 120.0
@@ -215,4 +214,4 @@ class StopRecord:
     exit_code: int
     iteration: int | None = None
     created_at: str = ""
-    schema_version: int = 1
+    schema_version: int = STOP_SCHEMA_VERSION

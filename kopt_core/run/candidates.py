@@ -20,9 +20,9 @@ from pathlib import Path, PurePosixPath
 from kopt_core.errors import ConfigError
 from kopt_core.jsonio import write_json
 from kopt_core.records.converter import to_data
-from kopt_core.records.loop import CANDIDATES_FILE, CANDIDATES_SCHEMA_VERSION, Candidates
+from kopt_core.records.loop import CANDIDATES_FILE, Candidates
+from kopt_core.records.versions import SELECTION_KIND, read_document
 from kopt_core.run.layout import iteration_number
-from kopt_core.run.store import read_record
 
 BRANCHES_DIR = "branches"
 ABLATIONS_DIR = "ablations"
@@ -39,20 +39,13 @@ def iteration_methods(iteration_dir: str | os.PathLike[str]) -> tuple[str, ...]:
     """The iteration's selected method ids, the scan's or an agent's (its methods.json, read strictly and
     migrated from older versions: a missing or malformed file is a ConfigError naming the step that
     writes it)."""
-    from kopt_core.knowledge.select import SELECTION_KIND, SELECTION_SCHEMA_VERSION, Selection
+    from kopt_core.knowledge.select import Selection
 
     path = Path(iteration_dir) / METHODS_FILE
     if not path.is_file():
         step = f"kopt select --iter {iteration_number(iteration_dir) or 'I'}"
         raise ConfigError(f"{path} does not exist: {step} first", hint="the loop's order: docs/loop.md")
-    selection = read_record(
-        path,
-        SELECTION_KIND,
-        SELECTION_SCHEMA_VERSION,
-        Selection,
-        what=str(path),
-        hint="run kopt select again",
-    )
+    selection = read_document(path, Selection, SELECTION_KIND, what=str(path), hint="run kopt select again")
     return tuple(picked.id for picked in selection.selected)
 
 
@@ -91,9 +84,7 @@ def load_candidates(
             f"{path} does not exist: no kernels were written for iteration {iteration}",
             hint=HINT,
         )
-    candidates: Candidates = read_record(
-        path, "candidates", CANDIDATES_SCHEMA_VERSION, Candidates, what=str(path), hint=HINT
-    )
+    candidates = read_document(path, Candidates, "candidates", what=str(path), hint=HINT)
     problems = _problems(
         candidates,
         folder,

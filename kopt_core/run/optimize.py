@@ -31,6 +31,7 @@ from kopt_core.errors import ConfigError, HardwareError, ValidationError
 from kopt_core.jsonio import write_json
 from kopt_core.records import from_data, to_data
 from kopt_core.records.state import SANITIZER_TIMEOUT_S, Env
+from kopt_core.records.versions import OPTIMIZE_SCHEMA_VERSION
 from kopt_core.run.layout import iteration_dir
 from kopt_core.run.store import RunStore
 
@@ -45,7 +46,7 @@ class OptimizePlan:
 
     generator: str
     options: dict[str, str] = field(factory=dict)
-    schema_version: int = 1
+    schema_version: int = OPTIMIZE_SCHEMA_VERSION
 
 
 @frozen

@@ -21,21 +21,19 @@ import attrs
 from kopt_core.errors import ConfigError
 from kopt_core.records.loop import (
     ATTRIBUTION_FILE,
-    ATTRIBUTION_SCHEMA_VERSION,
     CANDIDATES_FILE,
     EXPLORE_FILE,
-    EXPLORE_SCHEMA_VERSION,
     PROMOTION_FILE,
     SASS_CHECK_FILE,
-    SASS_CHECK_SCHEMA_VERSION,
     AttributionRecord,
     ExploreRecord,
     MethodAttribution,
     MethodSassCheck,
     SassCheckRecord,
 )
-from kopt_core.records.paired import PAIRED_SCHEMA_VERSION, PairedComparison
+from kopt_core.records.paired import PairedComparison
 from kopt_core.records.state import HistoryEntry, State
+from kopt_core.records.versions import read_document
 
 if TYPE_CHECKING:
     from kopt_core.run.store import RunStore
@@ -291,7 +289,6 @@ def update_in_run(store: RunStore, iteration: int) -> State:
     the step again changes nothing. A missing document is a ConfigError naming the step that writes it."""
     from kopt_core.run.candidates import METHODS_FILE, iteration_methods
     from kopt_core.run.layout import iteration_dir
-    from kopt_core.run.store import read_record
     from kopt_core.run.summary import render_summary
 
     with store.locked("update"):
@@ -317,41 +314,23 @@ def update_in_run(store: RunStore, iteration: int) -> State:
                 )
             return path
 
-        def read(name: str, step: str, kind: str, version: int, cls: type):
+        def read(name: str, step: str, kind: str, cls: type):
             path = need(name, step)
-            return read_record(path, kind, version, cls, what=str(path), hint=f"run {step} again")
+            return read_document(path, cls, kind, what=str(path), hint=f"run {step} again")
 
         methods = iteration_methods(folder)
-        explore = read(
-            EXPLORE_FILE, f"kopt explore --iter {iteration}", "explore", EXPLORE_SCHEMA_VERSION, ExploreRecord
-        )
+        explore = read(EXPLORE_FILE, f"kopt explore --iter {iteration}", "explore", ExploreRecord)
         promotion = None
         champion_file = champion_report = None
         if explore.champion is not None:
-            promotion = read(
-                PROMOTION_FILE,
-                f"kopt explore --iter {iteration}",
-                "paired",
-                PAIRED_SCHEMA_VERSION,
-                PairedComparison,
-            )
+            promotion = read(PROMOTION_FILE, f"kopt explore --iter {iteration}", "paired", PairedComparison)
             champion = need(f"kernel{Path(state.best_file).suffix}", f"kopt explore --iter {iteration}")
             report = need(CHAMPION_REPORT, f"kopt profile --iter {iteration} --which kernel")
             champion_file, champion_report = _run_relative(store, champion), _run_relative(store, report)
         attribution = read(
-            ATTRIBUTION_FILE,
-            f"kopt ablate --iter {iteration}",
-            "attribution",
-            ATTRIBUTION_SCHEMA_VERSION,
-            AttributionRecord,
+            ATTRIBUTION_FILE, f"kopt ablate --iter {iteration}", "attribution", AttributionRecord
         )
-        sass = read(
-            SASS_CHECK_FILE,
-            f"kopt sass --iter {iteration}",
-            "sass_check",
-            SASS_CHECK_SCHEMA_VERSION,
-            SassCheckRecord,
-        )
+        sass = read(SASS_CHECK_FILE, f"kopt sass --iter {iteration}", "sass_check", SassCheckRecord)
         evidence = {
             key: _run_relative(store, folder / name)
             for key, name in (

@@ -28,8 +28,8 @@ from kopt_core.knowledge.select import (
 )
 from kopt_core.ncu.metrics import load_registry, without_eventless_zeros
 from kopt_core.records import to_data
-from kopt_core.records.converter import read_document
 from kopt_core.records.roofline import NcuTop, Roofline
+from kopt_core.records.versions import read_document
 from kopt_core.refdata import packaged_text
 
 R = TypeVar("R", Roofline, NcuTop)

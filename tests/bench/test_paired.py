@@ -35,7 +35,7 @@ from kopt_core.records import (
     read_paired_comparison,
     to_data,
 )
-from kopt_core.records.converter import read_document
+from kopt_core.records.versions import read_document
 
 RESAMPLES = 4000  # enough for stable 95% tails, and quick on a small CI machine
 

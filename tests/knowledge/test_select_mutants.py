@@ -23,10 +23,10 @@ from kopt_core.knowledge.select import (
     axis_slots,
     kernel_tags,
     select_methods,
-    selection_v1_to_v2,
     total_slots,
     validate_choice,
 )
+from kopt_core.records.versions import selection_v1_to_v2
 
 ARCHS = {"sm_80": frozenset({"cp_async"}), "sm_90a": frozenset({"cp_async", "tma", "wgmma"})}
 

@@ -334,8 +334,8 @@ def test_a_reason_goes_with_methods_and_methods_with_a_reason(make_pm, tmp_path)
 def test_a_v1_methods_json_reads_as_the_scan_s_choice(tmp_path):
     """methods.json as kopt select wrote it at schema v1 (on this profile's evidence, before agents could
     choose): explore, sass and update read its methods, and it reads as the scan's selection."""
-    from kopt_core.knowledge.select import SELECTION_KIND, Selection
-    from kopt_core.records.converter import read_document
+    from kopt_core.knowledge.select import Selection
+    from kopt_core.records.versions import SELECTION_KIND, read_document
     from kopt_core.run.candidates import iteration_methods
 
     v1 = FIXTURES / "runs" / "sgemm_naive" / "methods_v1.json"

@@ -22,13 +22,8 @@ from kopt_core.records import (
     to_data,
 )
 from kopt_core.records.roofline import Roofline
-from kopt_core.records.state import (
-    ENV_SCHEMA_VERSION,
-    STATE_SCHEMA_VERSION,
-    EnvGpu,
-    RooflineHistoryEntry,
-    ceilings_of,
-)
+from kopt_core.records.state import EnvGpu, RooflineHistoryEntry, ceilings_of
+from kopt_core.records.versions import ENV_SCHEMA_VERSION, STATE_SCHEMA_VERSION
 from kopt_core.run.iteration import open_iteration, select_in_run
 from kopt_core.run.store import RunStore, read_env
 from kopt_core.run.summary import render_summary

@@ -16,7 +16,8 @@ from kopt_core.cli import cli
 from kopt_core.errors import EXIT_CONFIG, EXIT_INVALID_KERNEL, ConfigError
 from kopt_core.jsonio import write_json
 from kopt_core.records.converter import to_data
-from kopt_core.records.state import STATE_SCHEMA_VERSION, Env, State
+from kopt_core.records.state import Env, State
+from kopt_core.records.versions import STATE_SCHEMA_VERSION
 from kopt_core.run.init import init_run
 from kopt_core.run.status import run_status
 from kopt_core.run.store import RunStore, read_env
@@ -166,9 +167,9 @@ def test_status_of_a_fresh_run(pm, work):
 
 
 def test_cli_init_and_status(pm, work, monkeypatch):
-    import kopt_core.cli
+    from kopt_core.cli import app
 
-    monkeypatch.setattr(kopt_core.cli, "_plugin_manager", lambda: pm)
+    monkeypatch.setattr(app, "plugin_manager", lambda: pm)
     code = cli.main(
         [
             "init",

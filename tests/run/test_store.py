@@ -18,17 +18,11 @@ import pytest
 from kopt_core.errors import EXIT_CONFIG, EXIT_HARDWARE, ConfigError
 from kopt_core.jsonio import write_json
 from kopt_core.records.converter import to_data
-from kopt_core.records.state import (
-    ENV_SCHEMA_VERSION,
-    STATE_SCHEMA_VERSION,
-    Env,
-    HistoryEntry,
-    RooflineHistoryEntry,
-    State,
-)
+from kopt_core.records.state import Env, HistoryEntry, RooflineHistoryEntry, State
+from kopt_core.records.versions import ENV_SCHEMA_VERSION, STATE_SCHEMA_VERSION, V5_FIELDS
 from kopt_core.run.layout import iteration_dir, new_run_dir, publish, staging_dir
 from kopt_core.run.status import run_status
-from kopt_core.run.store import V5_FIELDS, RunLocked, RunStore
+from kopt_core.run.store import RunLocked, RunStore
 
 
 def make_state(run_dir: Path, **changes) -> State:
@@ -208,7 +202,7 @@ def test_v6_migrates_to_v7(tmp_path):
 
 
 def test_state_v6_to_v7_keeps_what_a_document_already_has_and_what_it_cannot_read():
-    from kopt_core.run.store import state_v6_to_v7
+    from kopt_core.records.versions import state_v6_to_v7
 
     data = state_v6_to_v7(
         {"noise_threshold": 0.02, "history": [{"iteration": 1, "evidence": {"x": "y"}}, {"iteration": 2}, 7]}
