@@ -23,6 +23,7 @@ from kopt_core.errors import ConfigError
 from kopt_core.jsonio import read_json, write_json
 from kopt_core.records import Artifact, Candidate, Toolchain, from_data, to_data
 from kopt_triton.contract import parse_kernel
+from kopt_triton.toolchain import triton_version
 
 LAUNCHER = "kopt_triton.launch:load"
 _CACHE_FORMAT = 1
@@ -47,8 +48,6 @@ def prepare_artifact(candidate: Candidate, toolchain: Toolchain) -> Artifact:
     Raises ConfigError for a file that breaks the setup/run_kernel contract (checked by AST, nothing is
     imported).
     """
-    from kopt_triton.plugin import triton_version
-
     started = time.perf_counter()
     source_path = Path(candidate.path).resolve()
     interface = parse_kernel(source_path)

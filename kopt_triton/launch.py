@@ -34,7 +34,7 @@ from kopt_core.dims import accepted_dims
 from kopt_core.jsonio import write_text_atomic
 from kopt_core.records import Artifact
 from kopt_triton.autotune import PinError, pin_source
-from kopt_triton.plugin import interpreter_mode
+from kopt_triton.toolchain import interpreter_mode
 
 CACHE_FOLDER = "triton_cache"
 _module_ids = itertools.count()

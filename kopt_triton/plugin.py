@@ -5,9 +5,9 @@ A Triton kernel file exposes ``setup(**dims, seed=None)`` and ``run_kernel(**inp
 (kopt_triton.build; Triton itself compiles at the first launch), and bench runs kopt's worker with
 kopt_triton.launch's launcher, which also pins autotuned kernels and lists their cubins.
 
-This module never imports Triton (slow, and it may pull in a GPU runtime): the probe uses
-``importlib.util.find_spec`` and the distribution's metadata, and the other hooks import their modules
-when called. Importing this module has no side effects.
+This module never imports Triton (slow, and it may pull in a GPU runtime): the probe asks
+kopt_triton.toolchain, which uses ``importlib.util.find_spec`` and the distribution's metadata, and the
+other hooks import their modules when called. Importing this module has no side effects.
 
 Under ``TRITON_INTERPRET=1`` kernels run on the CPU through Triton's interpreter; the backend then
 registers itself as not needing a GPU (read at registration, which happens per plugin-manager use), so
@@ -16,9 +16,6 @@ registers itself as not needing a GPU (read at registration, which happens per p
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +24,7 @@ import attrs
 
 from kopt_core import hookimpl
 from kopt_core.records import Artifact, BackendInfo, Candidate, PreflightReport, ProbeResult, Toolchain
+from kopt_triton.toolchain import NOT_INSTALLED, interpreter_mode, triton_version
 
 BACKEND = "triton"
 
@@ -39,31 +37,6 @@ INFO = BackendInfo(
     priority=0,
     compile_memory_gib=2.0,
 )
-
-NOT_INSTALLED = "Triton is not installed, though kopt-triton depends on it: pip install triton"
-# Distributions that install the ``triton`` package (upstream, PyTorch's builds, nightlies).
-_DISTRIBUTIONS = ("triton", "pytorch-triton", "pytorch-triton-rocm", "pytorch-triton-xpu", "triton-nightly")
-
-
-def triton_version() -> str | None:
-    """The installed Triton's version without importing it: None if the ``triton`` package cannot be
-    found, "unknown" if it is there but no known distribution claims it."""
-    try:
-        if importlib.util.find_spec("triton") is None:
-            return None
-    except (ImportError, ValueError):
-        return None
-    for dist in _DISTRIBUTIONS:
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return "unknown"
-
-
-def interpreter_mode() -> bool:
-    """``TRITON_INTERPRET=1``: kernels run on the CPU in Triton's interpreter, no GPU needed."""
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @hookimpl

@@ -10,6 +10,7 @@ import pytest
 
 import kopt_cutlass.plugin
 import kopt_triton.plugin
+import kopt_triton.toolchain
 from kopt_core.backends import BackendRegistry
 from kopt_core.errors import ConfigError
 from kopt_core.plugins import get_plugin_manager
@@ -71,7 +72,7 @@ def test_triton_probe_matches_install(pm):
 
 
 def test_triton_probe_when_missing(pm, monkeypatch):
-    monkeypatch.setattr(kopt_triton.plugin.importlib.util, "find_spec", lambda name, *a: None)
+    monkeypatch.setattr(kopt_triton.toolchain.importlib.util, "find_spec", lambda name, *a: None)
     result = BackendRegistry.from_plugins(pm).probe("triton")
     assert not result.available and "pip install triton" in result.reason
 
