@@ -40,7 +40,7 @@ from kopt_core.process import run_in_group
 from kopt_core.records import from_data, to_data
 from kopt_core.records.build import Artifact, KernelResources, Toolchain
 from kopt_core.records.kernel import KernelInterface
-from kopt_core.tools import find_tool
+from kopt_core.tools import find_on_path, find_tool
 
 BUILD_TIMEOUT_S = 600.0
 LIBRARY = "lib.so"  # the product in a cache entry
@@ -186,7 +186,7 @@ def build_shared_library(
     nvcc = toolchain.tools.get("nvcc") or find_nvcc()
     if not nvcc:
         raise HardwareError(NVCC_MISSING)
-    nvcc = os.path.abspath(shutil.which(nvcc) or nvcc)  # it runs in another folder
+    nvcc = os.path.abspath(find_on_path(nvcc) or nvcc)  # it runs in another folder
     paths = [Path(source).resolve() for source in sources]
     version = nvcc_version(nvcc)
     flags = [*base_flags(), *arch_flags(toolchain.arch), *extra_flags]

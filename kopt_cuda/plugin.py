@@ -1,6 +1,6 @@
-"""The CUDA backend's hook implementations (entry point ``cuda`` in the group ``kopt``).
+"""The CUDA backend's hook implementations (entry point ``cuda`` in the group ``kopt``): thin, over
+kopt_cuda.backend (the ``solve`` contract, the build, the SASS) and kopt_cuda.build (nvcc).
 
-kopt_cutlass reuses ``preflight_solve``, ``compile_solve`` and ``disassemble_library`` with its own flags.
 Bench, profile and SASS verification are the core's defaults (kopt_core/hookspecs.py).
 """
 
@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kopt_core import hookimpl
-from kopt_core.errors import ConfigError
 from kopt_core.records import (
     Artifact,
     BackendInfo,
@@ -19,9 +18,9 @@ from kopt_core.records import (
     ProbeResult,
     Toolchain,
 )
+from kopt_cuda.backend import compile_solve, disassemble_library, preflight_solve
 
 NAME = "cuda"
-SHIM = Path(__file__).parent / "shim" / "kopt_shim.cu"
 
 INFO = BackendInfo(
     name=NAME,
@@ -31,47 +30,6 @@ INFO = BackendInfo(
     compile_memory_gib=2.0,
     required_tools=("nvcc", "cuobjdump", "ncu"),
 )
-
-
-def preflight_solve(candidate: Candidate) -> PreflightReport:
-    from kopt_cuda.signature import parse_solve
-
-    path = Path(candidate.path)
-    try:
-        source = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read kernel file {path}: {exc}") from None
-    interface = parse_solve(source, str(path))
-    outputs = [p for p in interface.buffers if not p.is_const]
-    if not outputs:
-        return PreflightReport(
-            backend=candidate.backend,
-            interface=interface,
-            problems=(f"solve (line {interface.line}) has no non-const pointer: nothing to check",),
-        )
-    warnings: tuple[str, ...] = ()
-    if len(outputs) == len(interface.buffers) > 1:
-        # Every pointer is non-const: all are treated as outputs (poisoned), which is wrong for inputs.
-        warnings = (
-            f"{path.name}: no pointer of solve is const, so kopt treats "
-            f"{', '.join(p.name for p in outputs)} all as outputs; make inputs const, or give roles in the "
-            "reference's buffers()",
-        )
-    return PreflightReport(backend=candidate.backend, interface=interface, warnings=warnings)
-
-
-def compile_solve(candidate: Candidate, build_dir: Path, toolchain: Toolchain, *, extra_flags=()) -> Artifact:
-    from kopt_cuda.build import build_shared_library
-
-    interface = preflight_solve(candidate).interface
-    return build_shared_library(
-        [Path(candidate.path), SHIM],
-        toolchain=toolchain,
-        build_dir=Path(build_dir),
-        extra_flags=tuple(extra_flags),
-        backend=candidate.backend,
-        interface=interface,
-    )
 
 
 @hookimpl
@@ -106,10 +64,3 @@ def kopt_disassemble(artifact: Artifact) -> str:
     """The shared library's SASS, with the CUDA toolkit's cuobjdump. Only solve's launches fall inside
     the profiled range, so the core's default kopt_profile (every kernel in the range) fits."""
     return disassemble_library(artifact)
-
-
-def disassemble_library(artifact: Artifact) -> str:
-    """``cuobjdump --dump-sass`` of a built shared library (CUDA and CUTLASS artifacts)."""
-    from kopt_core.sass import disassemble_file
-
-    return disassemble_file(artifact.path)

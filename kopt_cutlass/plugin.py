@@ -1,8 +1,9 @@
 """The ``cutlass`` backend plugin (entry point ``cutlass`` in the group ``kopt``).
 
 A CUTLASS kernel is a CUDA kernel file (``extern "C" void solve(...)``) that includes CUTLASS or CuTe:
-it is parsed, built and benchmarked by the CUDA backend's functions, with the CUTLASS headers found by
-``kopt_cutlass.headers`` and the flags CUTLASS needs. Importing this module has no side effects.
+it is parsed, built and benchmarked by the CUDA backend's functions (kopt_cuda.backend), with the CUTLASS
+headers found by ``kopt_cutlass.headers`` and the flags CUTLASS needs. Importing this module has no side
+effects.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from pathlib import Path
 from kopt_core import hookimpl
 from kopt_core.errors import HardwareError
 from kopt_core.records import Artifact, BackendInfo, Candidate, PreflightReport, ProbeResult, Toolchain
+from kopt_cuda.backend import compile_solve, disassemble_library, preflight_solve
 from kopt_cuda.build import NVCC_MISSING
 from kopt_cuda.build import find_nvcc as cuda_find_nvcc
-from kopt_cuda.plugin import compile_solve, disassemble_library, preflight_solve
 from kopt_cutlass.headers import compile_flags, discover
 
 BACKEND = "cutlass"

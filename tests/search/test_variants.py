@@ -133,7 +133,7 @@ def test_write_variant_writes_the_kernel_and_its_config(tmp_path):
 @pytest.mark.nvcc
 def test_cu_variant_builds_as_a_kopt_kernel_with_the_chosen_tile_sizes(tmp_path):
     from kopt_core.records import Candidate, Toolchain
-    from kopt_cuda.plugin import compile_solve
+    from kopt_cuda.backend import compile_solve
 
     kernel = write_variant(read_space(SGEMM), CHOSEN, tmp_path / "variant")
     toolchain = Toolchain(arch="sm_90a", cache_dir=str(tmp_path / "cache"))
