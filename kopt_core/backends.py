@@ -27,6 +27,8 @@ from kopt_core.records import (
     ProfileLaunch,
     Toolchain,
 )
+from kopt_core.records.search import SearchSource
+from kopt_core.search.variants import declared_space
 
 if TYPE_CHECKING:
     from pluggy import HookCaller
@@ -137,6 +139,15 @@ class BackendHooks:
 
             return verify_artifact(self.disassemble, artifact, list(signatures), arch, baseline)
         return list(result)
+
+    def search_space(self, candidate: Candidate, text: str, dims: dict[str, Any]) -> SearchSource:
+        """The space of tunables ``candidate`` (whose text is ``text``) declares: the owner's answer when
+        it reads one itself, else the core's reading (``kopt_core.search.variants.declared_space``)."""
+        caller = self._caller("kopt_search_space")
+        found = caller(candidate=candidate, text=text, dims=dims) if caller.get_hookimpls() else None
+        if found is None:
+            return declared_space(candidate.path, text)
+        return found  # type: ignore[no-any-return]
 
 
 @frozen

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
         ProfileLaunch,
         Toolchain,
     )
+    from kopt_core.records.search import SearchSource
     from kopt_core.reference import ReferenceModule
     from kopt_core.sass import SassVerdict
 
@@ -212,4 +213,39 @@ def kopt_sass_verify(
     Optional. The default disassembles with the backend's ``kopt_disassemble`` and applies
     ``kopt_core.sass.verify`` (``kopt_core.sass.verify_artifact``). Implement it only for machine code
     that the signatures cannot read.
+    """
+
+
+# -------------------------------------------------------------------------------------------------
+# Search (per backend, optional)
+# -------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def kopt_search_space(candidate: Candidate, text: str, dims: dict[str, int | float]) -> SearchSource | None:
+    """The tunables ``candidate`` declares in a way this backend reads itself, as ``kopt search`` walks
+    them (docs/search.md).
+
+    :param candidate: the kernel file and its backend.
+    :param text: the file's text, as the core read it.
+    :param dims: dim names to values, as the user gave them: a space may depend on the problem (CUTLASS
+        keeps the configurations that fit M, N and K).
+    :returns: a ``kopt_core.records.search.SearchSource``: its ``space`` (a ``Space`` record: the
+        parameters, each a categorical choice, and the constraints over them), its ``identity`` (text
+        that is the same for every variant of the kernel: what a study's results belong to),
+        ``write(config, folder)`` (the kernel of one configuration as ``folder/kernel<suffix>``, with
+        ``config.json`` beside it: ``kopt_core.search.variants.write_variant`` writes both from a text),
+        ``label(config)`` (one line for people) and, if the backend has a prior, ``prior(count)``: the
+        configurations a fresh study evaluates before its sampler proposes any. Return None when the file
+        declares no space of the backend's own: the core reads it then.
+
+    Raise ``kopt_core.errors.ConfigError`` (file:line, what to change) for a declaration of the backend's
+    own that cannot be read, or that no configuration fits.
+
+    Optional. The default, and the answer to None, is the core's reading
+    (``kopt_core.search.variants.declared_space``): ``// kopt:space NAME = [..]`` and
+    ``// kopt:constraint`` lines in a ``.cu``/``.cuh`` file, read as macros, or a module-level
+    ``kopt_space`` dict (and ``kopt_constraint``) in a ``.py`` file, each name a module-level assignment.
+
+    Added with the backend-free search (kopt-core 0.1.0).
     """

@@ -2,14 +2,16 @@
 
 A CUTLASS kernel is a CUDA kernel file (``extern "C" void solve(...)``) that includes CUTLASS or CuTe:
 it is parsed, built and benchmarked by the CUDA backend's functions (kopt_cuda.backend), with the CUTLASS
-headers found by ``kopt_cutlass.headers`` and the flags CUTLASS needs. Importing this module has no side
-effects.
+headers found by ``kopt_cutlass.headers`` and the flags CUTLASS needs. A ``// kopt:cutlass_gemm`` line
+makes CUTLASS's configurations the kernel's search space (kopt_cutlass.search). Importing this module has
+no side effects.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kopt_core import hookimpl
 from kopt_core.errors import HardwareError
@@ -18,6 +20,7 @@ from kopt_cuda.backend import compile_solve, disassemble_library, preflight_solv
 from kopt_cuda.build import NVCC_MISSING
 from kopt_cuda.build import find_nvcc as cuda_find_nvcc
 from kopt_cutlass.headers import compile_flags, discover
+from kopt_cutlass.search import CutlassGemmSpace, cutlass_search_space
 
 BACKEND = "cutlass"
 
@@ -99,3 +102,10 @@ def kopt_disassemble(artifact: Artifact) -> str:
     """As for CUDA: the shared library's SASS, CUTLASS's kernels included. As for CUDA too, the profiled
     range holds solve's launches only, so the core's default kopt_profile fits."""
     return disassemble_library(artifact)
+
+
+@hookimpl
+def kopt_search_space(candidate: Candidate, text: str, dims: dict[str, Any]) -> CutlassGemmSpace | None:
+    """CUTLASS's SM90 configurations that fit the problem, for a file with a ``// kopt:cutlass_gemm``
+    line (kopt_cutlass.search), with their prior; None for the core to read ``// kopt:space`` lines."""
+    return cutlass_search_space(text, candidate.path, dims)

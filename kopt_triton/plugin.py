@@ -18,13 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from kopt_core import hookimpl
 from kopt_core.records import Artifact, BackendInfo, Candidate, PreflightReport, ProbeResult, Toolchain
 from kopt_triton.toolchain import NOT_INSTALLED, interpreter_mode, triton_version
+
+if TYPE_CHECKING:
+    from kopt_core.records.search import SearchSource
 
 BACKEND = "triton"
 
@@ -87,6 +90,15 @@ def kopt_disassemble(artifact: Artifact) -> str:
     cuobjdump the Triton wheel ships. The profiled range holds one run_kernel call (compilation and
     autotuning happen before it), so the core's default kopt_profile fits."""
     return disassemble_cubins(artifact)
+
+
+@hookimpl
+def kopt_search_space(candidate: Candidate, text: str) -> SearchSource | None:
+    """The one autotune list of a file without ``kopt_space`` (kopt_triton.search); None for the core to
+    read ``kopt_space``."""
+    from kopt_triton.search import autotune_search_space
+
+    return autotune_search_space(text, candidate.path)
 
 
 def disassemble_cubins(artifact: Artifact) -> str:

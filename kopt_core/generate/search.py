@@ -24,22 +24,21 @@ import math
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from kopt_core.errors import ConfigError
 from kopt_core.generate.base import GenerationContext, GenerationResult, GeneratorInfo
 from kopt_core.plugins import hookimpl
 from kopt_core.records.loop import BranchSpec, Candidates
+from kopt_core.records.search import SAMPLERS, SamplerName
 from kopt_core.run.candidates import write_candidates
 
 if TYPE_CHECKING:
     from kopt_core.plugins import PluginManager
-    from kopt_core.search.study import SamplerName
 
 NAME = "search"
 SEARCH_DIR = "search"
 DEFAULT_TRIALS = 24
-SAMPLERS = ("tpe", "grid", "random", "cmaes")
 OPTIONS = {
     "trials": f"configurations to evaluate in this iteration (default {DEFAULT_TRIALS})",
     "time_budget_s": "seconds of search in this iteration, checked between evaluations (default: none)",
@@ -76,7 +75,7 @@ def parse_sampler(options: dict[str, str]) -> SamplerName:
     raw = options.get("sampler", "tpe")
     if raw not in SAMPLERS:
         raise ConfigError(f"option sampler {raw!r} is not one of {', '.join(SAMPLERS)}")
-    return cast("SamplerName", raw)
+    return raw
 
 
 def parse_storage(options: dict[str, str]) -> str | None:
@@ -131,7 +130,7 @@ def generate(context: GenerationContext, *, pm: PluginManager | None = None) -> 
     dims = dict(state.dims)
     out_dir = context.iteration_dir / SEARCH_DIR
     storage = parse_storage(context.options) or default_storage(out_dir)
-    source = search_space(state.best_file, dims)
+    source = search_space(pm, state.best_file, dims, backend=state.backend)
     study_name = study_name_for(source, dims, state.ref_file, state.backend)
     before = _evaluated_before(storage, study_name) if parse_storage(context.options) else 0
     outcome = search_kernel(

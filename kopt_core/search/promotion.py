@@ -7,8 +7,7 @@ resume); anything else fails with the stage and the first line that says what we
 ``fastest_passing`` keeps the ``k`` fastest passing configurations, fastest first, ties by trial number:
 the best configuration of a search, best.json's list and a search iteration's branches b1..bK.
 
-Pure functions, apart from reading ``TrialOutcome`` from ``kopt_core.search.study`` on first use (that
-module imports Optuna).
+Pure functions over the search's records (``kopt_core.records.search``), without Optuna.
 """
 
 from __future__ import annotations
@@ -18,10 +17,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from kopt_core.errors import HardwareError
+from kopt_core.records.search import TrialOutcome
 
 if TYPE_CHECKING:
     from kopt_core.records import BenchResult
-    from kopt_core.search.study import TrialOutcome
 
 _ERROR_LINE = re.compile(r"\berror\b", re.IGNORECASE)
 
@@ -39,8 +38,6 @@ def judge(result: BenchResult) -> TrialOutcome:
     """A bench record as a trial: ok only when it is ok, correct and validly timed (value: the kernel's
     median in ms). A record that says the device could not be used is no verdict on the configuration:
     HardwareError, so the study retries it on resume."""
-    from kopt_core.search.study import TrialOutcome
-
     timing = result.kernel_timing
     if result.status == "ok" and result.correctness_pass and result.timing_valid and timing is not None:
         return TrialOutcome("ok", value_ms=float(timing.median_ms))
@@ -56,7 +53,7 @@ def judge(result: BenchResult) -> TrialOutcome:
 
 
 class Evaluated(Protocol):
-    """What ranking needs of an evaluated configuration (``kopt_core.search.study.TrialRecord``)."""
+    """What ranking needs of an evaluated configuration (``kopt_core.records.search.TrialRecord``)."""
 
     @property
     def number(self) -> int: ...

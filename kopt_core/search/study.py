@@ -1,6 +1,7 @@
 """The search engine: an Optuna study over a declared space, that survives being killed.
 
-The caller supplies ``objective(config) -> TrialOutcome`` (build the variant, check and time it) and a
+The caller supplies ``objective(config) -> TrialOutcome`` (build the variant, check and time it; the
+trial records are ``kopt_core.records.search``'s, so the objective needs no Optuna) and a
 storage URL (``sqlite:///<run folder>/search.db``, or any Optuna RDB URL); ``run_study`` minimises the
 time in milliseconds. Every parameter is a categorical choice (CMA-ES, which only samples numbers, gets
 each parameter's index among its values instead).
@@ -79,12 +80,18 @@ from kopt_core.errors import ConfigError
 from kopt_core.jsonio import write_json, write_text_atomic
 from kopt_core.records import to_data
 from kopt_core.records.fields import as_tuple
+from kopt_core.records.search import (
+    SAMPLERS,
+    Config,
+    SamplerName,
+    Space,
+    TrialOutcome,
+    TrialRecord,
+    Value,
+)
 from kopt_core.search.promotion import fastest_passing
-from kopt_core.search.space import Config, Space, Value
 from kopt_core.search.variants import check_config, config_id
 
-SamplerName = Literal["tpe", "random", "grid", "cmaes"]
-SAMPLERS: tuple[str, ...] = ("tpe", "random", "grid", "cmaes")
 Encoding = Literal["values", "indices"]
 RESULTS_SCHEMA_VERSION = 1
 MAX_IDLE_PROPOSALS = 5
@@ -103,26 +110,6 @@ STUDY_SPACE_ID = "kopt_space_id"
 STUDY_ENCODING = "kopt_encoding"
 
 
-@frozen
-class TrialOutcome:
-    """What the objective found for one configuration: ``ok`` with its time, or ``failed`` and why (a
-    build error, a wrong result); a failed configuration has no value."""
-
-    status: Literal["ok", "failed"]
-    value_ms: float | None = None
-    detail: str = ""
-
-    def __attrs_post_init__(self) -> None:
-        if self.status == "ok":
-            if self.value_ms is None or not math.isfinite(self.value_ms) or self.value_ms < 0:
-                raise ValueError(f"an ok outcome needs a finite time >= 0 in ms, not {self.value_ms!r}")
-        elif self.status == "failed":
-            if self.value_ms is not None:
-                raise ValueError("a failed outcome has no value_ms")
-        else:
-            raise ValueError(f"status must be 'ok' or 'failed', not {self.status!r}")
-
-
 Objective = Callable[[Config], TrialOutcome]
 
 
@@ -133,20 +120,6 @@ def batch_size_of(objective: Objective) -> int:
     if not callable(getattr(objective, "prefetch", None)) or type(size) is not int or size < 1:
         return 1
     return size
-
-
-@frozen
-class TrialRecord:
-    """One evaluated configuration."""
-
-    number: int  # the Optuna trial number
-    config_id: str
-    config: dict[str, Value]
-    status: Literal["ok", "failed"]
-    value_ms: float | None
-    detail: str
-    seconds: float  # how long the objective took
-    seeded: str = ""  # "prior" when the configuration was one of run_study's ``first``, else ""
 
 
 @frozen

@@ -4,10 +4,14 @@
   directive so that compiler messages keep the original line numbers. The kernel reads each parameter as
   a macro (``#ifndef NAME`` / ``#define NAME default`` / ``#endif``, or plain); ``solve`` is unchanged.
   Strings are written as they are (an identifier such as a CUTLASS schedule type).
-- Triton with ``kopt_space``: each parameter's module-level assignment gets the chosen value as a Python
+- ``.py`` with ``kopt_space``: each parameter's module-level assignment gets the chosen value as a Python
   literal; nothing else in the file changes.
-- Triton with an autotune list: the list keeps only the chosen ``triton.Config``, written by
-  kopt_triton's pinning (the same rewrite kopt applies after an autotune pass).
+- A backend's own kinds of space (kopt_triton's autotune lists, kopt_cutlass's GEMM configurations) are
+  written by the source its ``kopt_search_space`` returns, through ``write_variant`` with the text.
+
+``DeclaredSpace`` is the core's search source (``kopt_core.records.search.SearchSource``): the space a
+kernel declares in the ways ``kopt_core.search.space`` reads, written by this module; ``declared_space``
+reads it from a kernel's text (a ``.cu`` variant kopt wrote included: ``strip_variant``).
 
 Each configuration has a stable short id: the first 10 hex digits of the sha256 of its canonical JSON
 (keys sorted, no spaces), so ``{"A": 1, "B": 2}`` and ``{"B": 2, "A": 1}`` share an id while ``1`` and
@@ -22,13 +26,21 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+from attrs import frozen
 
 from kopt_core.errors import ConfigError
 from kopt_core.jsonio import write_json, write_text_atomic
-from kopt_core.search.space import Config, Space, Value, module_assignments
+from kopt_core.records.search import Config, Space, Value
+from kopt_core.search.space import CU_SUFFIXES, module_assignments, parse_cu_space, parse_py_space
 
 VARIANT_SCHEMA_VERSION = 1
 CONFIG_FILE = "config.json"
+# What _render_cu adds to a .cu file: a header, one #define per parameter, a #line.
+_VARIANT_HEADER = re.compile(r"^// kopt search: configuration [0-9a-f]{10}\r?\n?$")
+_VARIANT_DEFINE = re.compile(r"^#define [A-Za-z_][A-Za-z0-9_]* .*\r?\n?$")
+_VARIANT_LINE = re.compile(r"^#line \d+\r?\n?$")
 
 
 def canonical_json(config: Mapping[str, Value]) -> str:
@@ -58,21 +70,33 @@ def check_config(space: Space, config: Mapping[str, Value]) -> Config:
 
 
 def render_variant(space: Space, config: Mapping[str, Value]) -> str:
-    """The source of ``space``'s kernel with ``config`` applied."""
+    """The source of ``space``'s kernel with ``config`` applied, for the kinds the core reads."""
     config = check_config(space, config)
     if space.kind == "cu_defines":
         return _render_cu(space.text, config, config_id(config))
     if space.kind == "py_assignments":
         return _render_assignments(space, config)
-    return _render_autotune(space, config)
+    raise ConfigError(
+        f"{space.source}: kopt_core writes cu_defines and py_assignments variants, not {space.kind!r}",
+        hint="a backend's own kind of space is written by the source its kopt_search_space returns",
+    )
 
 
-def write_variant(space: Space, config: Mapping[str, Value], folder: str | Path) -> Path:
-    """Write ``folder/kernel.<ext>`` (the variant) and ``folder/config.json`` beside it; returns the
+def write_variant(
+    space: Space,
+    config: Mapping[str, Value],
+    folder: str | Path,
+    *,
+    text: str | None = None,
+    details: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write ``folder/kernel.<ext>`` (the variant: ``text``, else ``render_variant``) and
+    ``folder/config.json`` beside it, with ``details`` added to (or replacing) its keys; returns the
     kernel's path."""
     config = check_config(space, config)
     folder = Path(folder)
-    kernel = write_text_atomic(folder / f"kernel{space.suffix}", render_variant(space, config))
+    source = render_variant(space, config) if text is None else text
+    kernel = write_text_atomic(folder / f"kernel{space.suffix}", source)
     document: dict[str, object] = {
         "schema_version": VARIANT_SCHEMA_VERSION,
         "config_id": config_id(config),
@@ -80,12 +104,44 @@ def write_variant(space: Space, config: Mapping[str, Value], folder: str | Path)
         "source": space.source,
         "kind": space.kind,
         "space_id": space.space_id,
+        **(details or {}),
     }
-    if space.kind == "py_autotune":
-        document["autotune_kernel"] = space.autotune_kernel
-        document["autotune_config"] = space.autotune_configs[int(config["config"])]
     write_json(folder / CONFIG_FILE, document)
     return kernel
+
+
+def config_label(config: Mapping[str, Any]) -> str:
+    """A configuration in one line for people: ``BLOCK_M=128, BLOCK_N=64``."""
+    return ", ".join(f"{name}={value}" for name, value in config.items())
+
+
+@frozen
+class DeclaredSpace:
+    """The space a kernel declares in its source; variants are this module's."""
+
+    space: Space
+
+    @property
+    def identity(self) -> str:
+        return render_variant(self.space, self.space.point(0))
+
+    def write(self, config: Config, folder: Path) -> Path:
+        return write_variant(self.space, config, folder)
+
+    def label(self, config: Mapping[str, Any]) -> str:
+        return config_label(config)
+
+
+def declared_space(path: str | Path, text: str) -> DeclaredSpace:
+    """The space ``path`` (whose text is ``text``) declares as the core reads it: ``// kopt:space`` lines
+    (also in a variant kopt wrote: its added ``#define`` lines are read past) or ``kopt_space``.
+    ConfigError when it declares none (hint ``SPACE_HINT``) or a bad one."""
+    path = Path(path)
+    if path.suffix in CU_SUFFIXES:
+        return DeclaredSpace(parse_cu_space(strip_variant(text), str(path)))
+    if path.suffix == ".py":
+        return DeclaredSpace(parse_py_space(text, str(path)))
+    raise ConfigError(f"{path}: kopt reads a search space from .cu, .cuh or .py files, not {path.suffix!r}")
 
 
 # --- .cu -----------------------------------------------------------------------------------------------
@@ -111,6 +167,21 @@ def _render_cu(text: str, config: Config, identifier: str) -> str:
     if head and not head.endswith("\n"):  # a file of comments only, without a final newline
         head += newline
     return head + "".join(block) + "".join(lines[start:])
+
+
+def strip_variant(text: str) -> str:
+    """A ``.cu`` variant's source without what ``_render_cu`` added (its header, its ``#define`` lines and
+    its ``#line``): the kernel it was written from. Other text is returned as is."""
+    lines = re.split(r"(?<=\n)", text)
+    for index, line in enumerate(lines):
+        if not _VARIANT_HEADER.match(line):
+            continue
+        end = index + 1
+        while end < len(lines) and _VARIANT_DEFINE.match(lines[end]):
+            end += 1
+        if end > index + 1 and end < len(lines) and _VARIANT_LINE.match(lines[end]):
+            return "".join(lines[:index] + lines[end + 1 :])
+    return text
 
 
 def _after_leading_comments(lines: list[str]) -> int:
@@ -146,23 +217,3 @@ def _render_assignments(space: Space, config: Config) -> str:
     for start, end, literal in sorted(replacements, reverse=True):
         data = data[:start] + literal + data[end:]
     return data.decode("utf-8")
-
-
-def _render_autotune(space: Space, config: Config) -> str:
-    from kopt_triton.autotune import PinError, pin_source
-
-    index = int(config["config"])
-    chosen = space.autotune_configs[index]
-    pin: dict[str, object] = {
-        "kernel": space.autotune_kernel,
-        "config": {},
-        "index": index,
-        "candidates": len(space.autotune_configs),
-    }
-    try:
-        text = pin_source(space.text, [pin])
-    except PinError as exc:
-        raise ConfigError(f"{space.source}: cannot keep autotune config {index}: {exc}") from None
-    if f"[{chosen}]" not in text:  # pin_source keeps the chosen element's own text when it can find it
-        raise ConfigError(f"{space.source}: cannot keep autotune config {index} ({chosen}) by its text")
-    return text

@@ -14,8 +14,9 @@ import os
 import sys
 import time
 
+from kopt_core.records.search import TrialOutcome
 from kopt_core.search.space import read_space
-from kopt_core.search.study import TrialOutcome, run_study
+from kopt_core.search.study import run_study
 from kopt_core.search.variants import config_id
 
 

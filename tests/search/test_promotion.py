@@ -9,8 +9,9 @@ import pytest
 
 from kopt_core.errors import HardwareError
 from kopt_core.records import BenchResult, TimingStats
+from kopt_core.records.search import TrialOutcome, TrialRecord
 from kopt_core.search.promotion import fastest_passing, first_error_line, judge
-from kopt_core.search.study import StudyResult, TrialOutcome, TrialRecord
+from kopt_core.search.study import StudyResult
 
 
 def timing(median_ms: float) -> TimingStats:

@@ -16,6 +16,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+import kopt_example_backend
 from kopt_core.cli.envelope import SCHEMA_FILE
 from kopt_core.refdata import references_dir
 from kopt_core.search.study import load_study_result
@@ -87,7 +88,7 @@ def kopt(*args, cwd: Path) -> tuple[subprocess.CompletedProcess, dict]:
     return proc, document
 
 
-def test_a_search_killed_mid_trial_resumes_and_evaluates_no_configuration_twice(work):
+def test_a_search_killed_mid_trial_resumes_and_evaluates_no_configuration_twice(work, make_pm):
     out = work / "out"
     args = ["search", "chunks.py", "--ref", "ref.py", f"--N={N}", "--sampler", "grid", "--out", str(out)]
     env = dict(os.environ, KOPT_PLUGINS="pytorch")
@@ -116,7 +117,7 @@ def test_a_search_killed_mid_trial_resumes_and_evaluates_no_configuration_twice(
         child.wait(timeout=30)
     assert child.returncode == -signal.SIGKILL
 
-    source = search_space(work / "chunks.py", {"N": N})
+    source = search_space(make_pm(kopt_example_backend), work / "chunks.py", {"N": N})
     name = study_name_for(source, {"N": N}, work / "ref.py", "pytorch")
     storage = f"sqlite:///{out / 'search.db'}"
     before = {t.config_id: t.number for t in load_study_result(storage, name).trials}

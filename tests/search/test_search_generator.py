@@ -13,6 +13,8 @@ import optuna
 import pytest
 
 import kopt_core.generate.search as search_generator
+import kopt_cuda.plugin
+import kopt_cutlass.plugin
 import kopt_example_backend
 from kopt_core import hookimpl
 from kopt_core.errors import ConfigError, HardwareError
@@ -20,27 +22,25 @@ from kopt_core.generate import generate_in_run, generation_context
 from kopt_core.jsonio import write_json
 from kopt_core.knowledge.select import Picked, Selection
 from kopt_core.records import BackendInfo, BenchOptions, BenchResult, TimingStats, to_data
+from kopt_core.records.search import TrialOutcome
 from kopt_core.records.state import Env
 from kopt_core.run.candidates import load_candidates
 from kopt_core.run.init import init_run
 from kopt_core.run.layout import iteration_dir
 from kopt_core.run.seed import LOOP_OPTIONS
 from kopt_core.search.space import read_space
-from kopt_core.search.study import PRIOR, TrialOutcome, run_study
-from kopt_core.search.variants import config_id, write_variant
+from kopt_core.search.study import PRIOR, run_study
+from kopt_core.search.variants import DeclaredSpace, config_id, strip_variant, write_variant
 from kopt_core.steps import search as search_step
 from kopt_core.steps.search import (
     PRIOR_SEEDS_WITHOUT_TRIAL_BUDGET,
-    CutlassGemmSpace,
-    DeclaredSpace,
-    parse_cutlass_declaration,
     prior_points,
     prior_seed_count,
     search_kernel,
     search_space,
-    strip_variant,
     study_name_for,
 )
+from kopt_cutlass.search import CutlassGemmSpace, parse_cutlass_declaration
 
 REPO = Path(__file__).resolve().parents[2]
 KERNELS = REPO / "examples" / "kopt_example_backend" / "kernels"
@@ -361,7 +361,7 @@ def test_a_grid_search_finds_the_fastest_records_the_wrong_one_failed_and_writes
     assert document["best"] == [config_id(FASTEST), config_id(SLOWER)]
     assert outcome.storage == f"sqlite:///{out / 'search.db'}"
     # the best variant is searched as the same space, in the same study
-    again = search_space(out / "best.py", DIMS)
+    again = search_space(pm, out / "best.py", DIMS)
     assert again.space.space_id == outcome.space_id
     assert study_name_for(again, DIMS, files / "ref.py", "pytorch") == outcome.study_name
 
@@ -402,13 +402,14 @@ def test_batches_built_together_give_the_same_search_through_the_real_worker(pm,
 # --- reading a space back from a variant --------------------------------------------------------------------
 
 
-def test_a_cu_variant_reads_back_as_the_space_and_study_of_its_kernel(tmp_path):
-    source = search_space(DATA / "sgemm_tiled.cu", {"M": 64, "N": 64, "K": 64})
+def test_a_cu_variant_reads_back_as_the_space_and_study_of_its_kernel(make_pm, tmp_path):
+    cuda = make_pm(kopt_cuda.plugin)
+    source = search_space(cuda, DATA / "sgemm_tiled.cu", {"M": 64, "N": 64, "K": 64})
     config = next(source.space.valid_points())
     variant = write_variant(source.space, config, tmp_path / "v")
     assert "#define" in variant.read_text()
     assert strip_variant(variant.read_text()) == (DATA / "sgemm_tiled.cu").read_text()
-    back = search_space(variant, {"M": 64, "N": 64, "K": 64})
+    back = search_space(cuda, variant, {"M": 64, "N": 64, "K": 64})
     assert back.space.space_id == source.space.space_id
     assert back.identity == source.identity
     assert study_name_for(back, {"M": 64}, DATA / "sgemm_tiled.cu", "cuda") == study_name_for(
@@ -562,6 +563,12 @@ CUTLASS_REF = REPO / "examples" / "cutlass" / "gemm_sm90_tma_ws" / "ref.py"
 GEMM = {"M": 4096, "N": 4096, "K": 4096}
 
 
+@pytest.fixture
+def cutlass(make_pm):
+    """The CUDA and CUTLASS backends: a file with the CUTLASS line is CUTLASS's, a plain .cu CUDA's."""
+    return make_pm(kopt_cuda.plugin, kopt_cutlass.plugin)
+
+
 def _declared_gemm(
     tmp_path: Path, line: str = "// kopt:cutlass_gemm a=f16 b=f16 c=f16 acc=f32 layout=tn"
 ) -> Path:
@@ -574,8 +581,6 @@ def _declared_gemm(
 
 def test_cutlass_configurations_are_a_space_whose_variants_pass_preflight(make_pm, tmp_path):
     pytest.importorskip("cutlass_library")
-    import kopt_cuda.plugin
-    import kopt_cutlass.plugin
     from kopt_core.backends import BackendRegistry
     from kopt_core.records import Candidate
     from kopt_core.reference import load_reference
@@ -583,7 +588,7 @@ def test_cutlass_configurations_are_a_space_whose_variants_pass_preflight(make_p
     from kopt_cutlass.configs import enumerate_sm90_gemms, filter_for_problem, render_kernel
 
     pm = make_pm(kopt_cuda.plugin, kopt_cutlass.plugin)
-    source = search_space(_declared_gemm(tmp_path), GEMM)
+    source = search_space(pm, _declared_gemm(tmp_path), GEMM)
     fitting = filter_for_problem(enumerate_sm90_gemms("f16", "f16", "f16", "f32", "tn"), 4096, 4096, 4096)
     assert len(fitting) > 0
     assert source.space.names == ("config",)
@@ -613,7 +618,7 @@ def test_cutlass_configurations_are_a_space_whose_variants_pass_preflight(make_p
     written = json.loads((tmp_path / "trial" / "config.json").read_text())
     assert written["cutlass"]["id"] == chosen.id and written["kind"] == "cutlass_gemm"
     # the written kernel keeps the declaration, so it is searched again as the same space
-    again = search_space(kernel, GEMM)
+    again = search_space(pm, kernel, GEMM)
     assert again.space.space_id == source.space.space_id and again.identity == source.identity
     assert source.label({"config": chosen.id}) == f"{chosen.id}: {chosen.label}"
 
@@ -637,13 +642,13 @@ def test_cutlass_configurations_are_a_space_whose_variants_pass_preflight(make_p
         ),
     ],
 )
-def test_the_cutlass_declaration_is_read_strictly(tmp_path, line, message):
+def test_the_cutlass_declaration_is_read_strictly(cutlass, tmp_path, line, message):
     with pytest.raises(ConfigError) as error:
-        search_space(_declared_gemm(tmp_path, line), GEMM)
+        search_space(cutlass, _declared_gemm(tmp_path, line), GEMM)
     assert error.value.message.startswith(str(tmp_path / message))
 
 
-def test_a_cutlass_search_needs_m_n_k_and_one_declaration(tmp_path):
+def test_a_cutlass_search_needs_m_n_k_and_one_declaration(cutlass, tmp_path):
     kernel = _declared_gemm(tmp_path)
     assert parse_cutlass_declaration(kernel.read_text()) == {
         "a": "f16",
@@ -653,10 +658,10 @@ def test_a_cutlass_search_needs_m_n_k_and_one_declaration(tmp_path):
         "layout": "tn",
     }
     with pytest.raises(ConfigError, match=r"needs the problem's M, N and K as positive integers, got K=None"):
-        search_space(kernel, {"M": 4096, "N": 4096})
+        search_space(cutlass, kernel, {"M": 4096, "N": 4096})
     kernel.write_text(kernel.read_text() + "// kopt:cutlass_gemm a=f16 b=f16 c=f16 acc=f32 layout=nt\n")
     with pytest.raises(ConfigError, match=r"2 `kopt:cutlass_gemm` lines \(lines 1, \d+\); keep one"):
-        search_space(kernel, GEMM)
+        search_space(cutlass, kernel, GEMM)
 
 
 # --- the search's prior -----------------------------------------------------------------------------------
@@ -670,11 +675,13 @@ def test_the_prior_takes_half_a_trial_budget(trials, seeds):
     assert prior_seed_count(trials) == seeds
 
 
-def test_a_cutlass_space_gives_its_diverse_best_ranked_configurations_and_a_declared_space_none(tmp_path):
+def test_a_cutlass_space_gives_its_diverse_best_ranked_configurations_and_a_declared_space_none(
+    cutlass, tmp_path
+):
     pytest.importorskip("cutlass_library")
     from kopt_cutlass.configs import seed_order
 
-    source = search_space(_declared_gemm(tmp_path), {"M": 4096, "N": 4096, "K": 4096})
+    source = search_space(cutlass, _declared_gemm(tmp_path), {"M": 4096, "N": 4096, "K": 4096})
     assert isinstance(source, CutlassGemmSpace) and source.problem == (4096, 4096, 4096)
     points = prior_points(source, prior_seed_count(6))
     assert points == tuple(
@@ -704,7 +711,7 @@ def test_a_cutlass_space_gives_its_diverse_best_ranked_configurations_and_a_decl
     assert calls[:3] == [config_id(point) for point in points]
     assert [t.seeded for t in result.trials] == [PRIOR] * 3 + [""] * 3
     # a declared space has no prior
-    assert prior_points(search_space(DATA / "sgemm_tiled.cu", {"M": 64, "N": 64, "K": 64}), 4) == ()
+    assert prior_points(search_space(cutlass, DATA / "sgemm_tiled.cu", {"M": 64, "N": 64, "K": 64}), 4) == ()
 
 
 def test_search_kernel_evaluates_a_sources_prior_first_and_records_it(pm, tmp_path):

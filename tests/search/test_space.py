@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from kopt_core.errors import EXIT_CONFIG, ConfigError
-from kopt_core.search.space import parse_cu_space, parse_triton_space, read_space
+from kopt_core.search.space import parse_cu_space, read_space
+from kopt_triton.search import parse_triton_space
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parents[2]
@@ -306,7 +307,7 @@ def test_triton_constraint_may_be_one_string():
 
 
 def test_autotune_configs_of_the_example_are_one_categorical_choice():
-    space = read_space(AUTOTUNE_EXAMPLE)
+    space = parse_triton_space(AUTOTUNE_EXAMPLE.read_text(), str(AUTOTUNE_EXAMPLE))
 
     assert space.kind == "py_autotune"
     assert space.choices == {"config": tuple(range(8))}

@@ -20,7 +20,8 @@ import optuna
 import pytest
 
 from kopt_core.errors import ConfigError
-from kopt_core.search.space import Space, parse_cu_space, read_space
+from kopt_core.records.search import Space, TrialOutcome
+from kopt_core.search.space import parse_cu_space, read_space
 from kopt_core.search.study import (
     CONFIG,
     CONFIG_ID,
@@ -31,7 +32,6 @@ from kopt_core.search.study import (
     REQUEUED_FROM,
     SEEDED,
     STATUS,
-    TrialOutcome,
     load_study_result,
     run_study,
     write_results,

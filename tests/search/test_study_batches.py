@@ -15,12 +15,12 @@ from pathlib import Path
 import optuna
 import pytest
 
+from kopt_core.records.search import TrialOutcome
 from kopt_core.search.space import read_space
 from kopt_core.search.study import (
     STATUS,
     STUDY_ENCODING,
     STUDY_SPACE_ID,
-    TrialOutcome,
     batch_size_of,
     run_study,
 )

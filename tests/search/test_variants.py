@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from kopt_core.errors import ConfigError
-from kopt_core.search.space import module_assignments, parse_cu_space, parse_triton_space, read_space
+from kopt_core.search.space import module_assignments, parse_cu_space, read_space
 from kopt_core.search.variants import config_id, render_variant, write_variant
 from kopt_cuda.signature import parse_solve
 from kopt_triton.contract import autotune_sites
+from kopt_triton.search import AutotuneSpace, parse_triton_space
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parents[2]
@@ -189,9 +190,9 @@ def test_triton_variant_writes_strings_floats_and_booleans_as_literals():
 
 
 def test_autotune_variant_keeps_only_the_chosen_config(tmp_path):
-    space = read_space(AUTOTUNE_EXAMPLE)
+    space = parse_triton_space(AUTOTUNE_EXAMPLE.read_text(), str(AUTOTUNE_EXAMPLE))
 
-    kernel = write_variant(space, {"config": 2}, tmp_path / "v")
+    kernel = AutotuneSpace(space).write({"config": 2}, tmp_path / "v")
 
     tree = ast.parse(kernel.read_text())
     (site,) = autotune_sites(tree)
