@@ -7,6 +7,12 @@ the library, the tests and ``--json`` stay silent; the CLI installs a rich statu
 stderr is a terminal, kopt_core/cli/render.py). A reporter is a function of the message that returns a
 context manager, entered for as long as the step runs; steps may nest and may run in several threads at
 once.
+
+Work that is counted (the trials of a search) is shown with ``with progress.counting("search", total=24)
+as update:``, the block calling ``update(done, note)`` as it goes. A count is shown only where its caller
+asks for one (``run_study(progress=True)``): by the installed reporter's ``count`` when it has one (a
+``Counter``), else as a bar on stderr (``bar``). While a count is shown, steps show nothing: two live
+displays on one terminal would overwrite each other.
 """
 
 from __future__ import annotations
@@ -15,6 +21,10 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 Reporter = Callable[[str], AbstractContextManager[object]]
+# update(done, note): how much of a count is done, and a line about it ("best 21 ms failed 3")
+Update = Callable[[int, str], None]
+# count(label, total, done): shows a count for as long as the context manager is entered
+Counter = Callable[[str, int | None, int], AbstractContextManager[Update]]
 
 
 def silent(message: str) -> AbstractContextManager[object]:
@@ -70,3 +80,67 @@ def step(message: str) -> Iterator[None]:
             )
         except BaseException:  # the reporter re-raised the block's error, or failed itself: only a display
             pass
+
+
+@contextmanager
+def counting(label: str, total: int | None = None, done: int = 0) -> Iterator[Update]:
+    """Show ``label`` with ``done`` of ``total`` (None: no end known) while the block runs; the block calls
+    the ``update(done, note)`` it gets as the count moves. Shown by the installed reporter's ``count``
+    when it has one, else by ``bar``. Steps inside the block show nothing. As with ``step``, a display
+    that fails never fails the work."""
+    counter: Counter = getattr(_reporter, "count", None) or bar
+    shown: AbstractContextManager[object]
+    show: Update | None
+    try:
+        entered = counter(label, total, done)
+        show = entered.__enter__()
+        shown = entered
+    except Exception:
+        shown, show = nullcontext(), None
+
+    def update(count: int, note: str = "") -> None:
+        if show is not None:
+            try:
+                show(count, note)
+            except Exception:
+                pass  # only a display
+
+    failure: BaseException | None = None
+    try:
+        with reporting(None):
+            yield update
+    except BaseException as exc:
+        failure = exc
+        raise
+    finally:
+        try:
+            shown.__exit__(
+                type(failure) if failure else None, failure, failure.__traceback__ if failure else None
+            )
+        except BaseException:  # only a display
+            pass
+
+
+@contextmanager
+def bar(label: str, total: int | None, done: int = 0) -> Iterator[Update]:
+    """The default ``Counter``: a rich progress bar on stderr (label, bar, done/total, the note, the time
+    elapsed). Off a terminal rich draws it once, when the block ends."""
+    # rich.progress takes ~0.1 s to import: only when a bar is shown, not with every module that says
+    # what it is doing
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (
+        TextColumn("{task.description}", markup=False),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[note]}", markup=False),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True)) as shown:
+        task = shown.add_task(label, total=total, completed=done, note="")
+
+        def update(count: int, note: str) -> None:
+            shown.update(task, completed=count, note=note)
+
+        yield update

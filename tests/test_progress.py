@@ -133,6 +133,56 @@ def test_nested_steps_share_one_line():
     assert "checking and timing a.py" in buffer.getvalue()
 
 
+class CountingRecorder(Recorder):
+    """A reporter that also shows counts: what it was told, in order."""
+
+    @contextmanager
+    def count(self, label: str, total, done: int):
+        self.events.append(("count", f"{label} {done}/{total}"))
+        yield lambda done, note: self.events.append(("update", f"{done} {note}"))
+        self.events.append(("end", label))
+
+
+def test_a_count_goes_to_the_reporter_that_shows_counts_and_steps_inside_show_nothing():
+    recorder = CountingRecorder()
+    with progress.reporting(recorder):
+        with progress.counting("search", total=3, done=1) as update:
+            update(2, "best 1 ms failed 0")
+            with progress.step("building a.cu"):  # the count's display has the terminal to itself
+                pass
+        with progress.step("after"):
+            pass
+    assert recorder.events == [
+        ("count", "search 1/3"),
+        ("update", "2 best 1 ms failed 0"),
+        ("end", "search"),
+        ("start", "after"),
+        ("end", "after"),
+    ]
+
+
+def test_a_count_without_a_counting_reporter_is_a_bar_on_stderr(capsys):
+    with progress.counting("search", total=9) as update:
+        update(9, "best 21 ms failed 3")
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    final = captured.err.strip().splitlines()[-1]
+    assert final.startswith("search") and "9/9 best 21 ms failed 3" in final
+
+
+def test_a_broken_count_display_never_fails_the_work():
+    class Broken(Recorder):
+        def count(self, label, total, done):
+            raise RuntimeError("display gone")
+
+    with progress.reporting(Broken()), progress.counting("search", total=1) as update:
+        update(1, "")
+        done = True
+    assert done
+    with pytest.raises(ValueError), progress.counting("search", total=1):
+        raise ValueError("the work's own error passes through")
+
+
 @pytest.fixture
 def saxpy(tmp_path):
     for name in ("saxpy.py", "saxpy_ref.py"):

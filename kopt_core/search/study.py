@@ -73,9 +73,8 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.samplers import BaseSampler
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, Trial, TrialState
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from kopt_core import progress as display
 from kopt_core.errors import ConfigError
 from kopt_core.jsonio import write_json, write_text_atomic
 from kopt_core.records import to_data
@@ -192,7 +191,7 @@ def run_study(
         session.recover()
         session.load_seen()
         session.seed(seeds, trials)
-        with _display(progress, trials, session) as show:
+        with _display(progress, trials, session.evaluated) as show:
             reason = session.loop(objective, trials, time_budget_s, show)
         return session.result(sampler, reason, time.monotonic() - started)
 
@@ -624,24 +623,16 @@ _Show = Callable[[int, float | None, int], None]
 
 
 @contextlib.contextmanager
-def _display(enabled: bool, total: int | None, session: _Session) -> Iterator[_Show]:
-    """A rich progress bar on stderr: evaluations (of the budget), best time, failures."""
+def _display(enabled: bool, total: int | None, done: int) -> Iterator[_Show]:
+    """The count of evaluations (of the budget), the best time and the failures, through
+    ``kopt_core.progress.counting`` (a bar on stderr unless the reporter shows counts itself)."""
     if not enabled:
         yield lambda done, best, failed: None
         return
-    columns = (
-        TextColumn("search"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("best {task.fields[best]}"),
-        TextColumn("failed {task.fields[failed]}"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=Console(stderr=True)) as bar:
-        task = bar.add_task("search", total=total, completed=session.evaluated, best="-", failed=0)
+    with display.counting("search", total, done) as update:
 
         def show(done: int, best: float | None, failed: int) -> None:
-            bar.update(task, completed=done, best="-" if best is None else f"{best:.4g} ms", failed=failed)
+            update(done, f"best {'-' if best is None else f'{best:.4g} ms'} failed {failed}")
 
         yield show
 

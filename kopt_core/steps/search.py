@@ -37,7 +37,7 @@ import json
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -411,19 +411,18 @@ def search_kernel(
             build_root=Path(scratch) / "trials",
             plan=plan_compile_jobs(compile_jobs, [info]),
         )
-        with _quiet_steps(progress):
-            result = run_study(
-                source.space,
-                objective,
-                storage=storage_url,
-                study_name=study_name,
-                sampler=sampler,
-                trials=trials,
-                time_budget_s=time_budget_s,
-                seed=seed,
-                progress=progress,
-                first=prior_points(source, prior_seed_count(trials)),
-            )
+        result = run_study(
+            source.space,
+            objective,
+            storage=storage_url,
+            study_name=study_name,
+            sampler=sampler,
+            trials=trials,
+            time_budget_s=time_budget_s,
+            seed=seed,
+            progress=progress,
+            first=prior_points(source, prior_seed_count(trials)),
+        )
 
     # 3. the record
     trials_csv, trials_json = write_results(result, out)
@@ -475,9 +474,3 @@ def search_kernel(
         },
     )
     return attrs.evolve(outcome, best_json=best_json, best_file=best_file)
-
-
-def _quiet_steps(bar: bool) -> AbstractContextManager[None]:
-    """While the study's progress bar is shown, the steps inside a trial (a build) show nothing: two live
-    displays on one terminal would overwrite each other."""
-    return display.reporting(None) if bar else nullcontext()
