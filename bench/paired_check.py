@@ -53,8 +53,8 @@ from kopt_core.bench.paired import bootstrap_ratio_ci, decide, noise_threshold
 from kopt_core.errors import KoptError
 from kopt_core.plugins import PluginManager, get_plugin_manager
 from kopt_core.records import BenchRequest, to_data
+from kopt_core.records.bench import LOOP_OPTIONS
 from kopt_core.records.paired import PairedComparison
-from kopt_core.run.seed import LOOP_OPTIONS
 from kopt_core.steps.bench import Prepared, prepare
 
 REPO = Path(__file__).resolve().parents[1]

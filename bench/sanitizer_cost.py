@@ -46,7 +46,7 @@ from kopt_core.backends import BackendRegistry
 from kopt_core.bench.sanitize import SanitizerReport, kernel_filter_for, run_sanitizer
 from kopt_core.plugins import get_plugin_manager
 from kopt_core.records import BenchRequest, Candidate, Toolchain, to_data
-from kopt_core.run.seed import LOOP_OPTIONS
+from kopt_core.records.bench import LOOP_OPTIONS
 from kopt_core.steps.bench import target_arch
 
 ROOT = Path(__file__).resolve().parents[1]

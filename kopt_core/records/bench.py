@@ -37,6 +37,12 @@ class BenchOptions:
     rtol: float | None = None
 
 
+# How the steps after the seed check and time a kernel (explore, the pairings of promotion, ablation and
+# the A/A noise, the search): every check bench makes, a shorter timing budget, and never the reference
+# again (the seed timed it). The paired comparison, not a single median, decides what is faster.
+LOOP_OPTIONS = BenchOptions(budget_s=1.0, warmup_ms=100.0, time_reference=False)
+
+
 @frozen
 class BenchRequest:
     """Everything a worker process needs to check and time one artifact."""

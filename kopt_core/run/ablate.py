@@ -22,6 +22,7 @@ from kopt_core.bench.paired import attribution
 from kopt_core.errors import ConfigError, KoptError
 from kopt_core.jsonio import write_json
 from kopt_core.records import Candidate, to_data
+from kopt_core.records.bench import LOOP_OPTIONS
 from kopt_core.records.loop import (
     ATTRIBUTION_FILE,
     EXPLORE_FILE,
@@ -31,13 +32,14 @@ from kopt_core.records.loop import (
 )
 from kopt_core.records.paired import AblationEffect
 from kopt_core.reference import load_reference
-from kopt_core.run.explore import (
+from kopt_core.run.prepare import (
     ExecutorFactory,
     check_and_build,
     iteration_candidates,
     open_folder,
+    prepare_in_run,
 )
-from kopt_core.run.seed import LOOP_OPTIONS, prepare_in_run, stop_on_failure
+from kopt_core.run.stop import stop_on_failure
 from kopt_core.run.store import RunStore
 
 

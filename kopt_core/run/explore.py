@@ -19,60 +19,32 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from kopt_core import progress
-from kopt_core.backends import BackendRegistry
 from kopt_core.bench.executor import PairedPlan, shared_executor
 from kopt_core.bench.paired import decide
 from kopt_core.errors import ConfigError, HardwareError, KoptError, ValidationError
 from kopt_core.jsonio import write_json
-from kopt_core.records import BenchOptions, BenchRequest, BenchResult, Candidate, Toolchain, to_data
+from kopt_core.records import BenchOptions, BenchRequest, BenchResult, Candidate, to_data
+from kopt_core.records.bench import LOOP_OPTIONS
 from kopt_core.records.loop import EXPLORE_FILE, PROMOTION_FILE, BranchOutcome, ExploreRecord, read_explore
 from kopt_core.records.paired import PairedComparison
 from kopt_core.records.state import State
 from kopt_core.reference import load_reference
-from kopt_core.run.candidates import iteration_methods, load_candidates
-from kopt_core.run.layout import iteration_dir
-from kopt_core.run.seed import LOOP_OPTIONS, prepare_in_run, stop_on_failure
+from kopt_core.run.prepare import (
+    ExecutorFactory,
+    check_and_build,
+    iteration_candidates,
+    open_folder,
+    prepare_in_run,
+)
+from kopt_core.run.stop import stop_on_failure
 from kopt_core.run.store import RunStore
 from kopt_core.run.summary import render_summary
-from kopt_core.steps.bench import check_candidate, target_arch
-from kopt_core.steps.build_pool import BuildJob, BuildOutcome, CompilePlan, build_all, plan_compile_jobs
-
-ExecutorFactory = Callable[[], AbstractContextManager[Any]]
-
-
-def iteration_candidates(pm, state: State, folder: Path, iteration: int):
-    """The run's backend, the iteration's methods (methods.json) and its validated candidates.json."""
-    info = BackendRegistry.from_plugins(pm).get(state.backend)
-    methods = iteration_methods(folder)
-    candidates = load_candidates(
-        folder,
-        iteration=iteration,
-        methods=methods,
-        backend_suffixes=tuple(info.suffixes),
-        branches_expected=state.branches,
-    )
-    return info, methods, candidates
-
-
-def open_folder(store: RunStore, state: State, iteration: int, step: str) -> Path:
-    """The published iteration folder of a run that is running, or a ConfigError saying what comes first."""
-    if state.run_status == "stopped":
-        raise store.stopped_error(state)
-    folder = iteration_dir(state.run_dir, iteration)
-    if not folder.is_dir():
-        raise ConfigError(
-            f"{folder} does not exist: open the iteration first (kopt iter open --iter {iteration})"
-        )
-    if iteration <= state.closed_iterations:
-        raise ConfigError(f"iteration {iteration} is already updated; {step} belongs to an open iteration")
-    return folder
 
 
 def robust_cv(samples: Sequence[float]) -> float | None:
@@ -141,29 +113,6 @@ def explore_iteration(
             write_json(folder / PROMOTION_FILE, to_data(comparison))
         render_summary(store)
         return record
-
-
-def check_and_build(
-    pm, state: State, info, ref, candidates: dict[str, Candidate]
-) -> tuple[dict[str, str], list[BuildOutcome], CompilePlan]:
-    """Each candidate's static contract, then the builds of those that keep it in the bounded pool (the
-    run's --compile-jobs). Returns the contract problems by key, the build outcomes (in the given order)
-    and the pool's plan. The artifacts stay in the backends' build caches."""
-    broken: dict[str, str] = {}
-    jobs: list[BuildJob] = []
-    for key, candidate in candidates.items():
-        try:
-            check_candidate(pm, candidate, dict(state.dims), ref)
-        except ConfigError as exc:
-            broken[key] = str(exc)
-            continue
-        jobs.append(BuildJob(key=key, candidate=candidate))
-    plan = plan_compile_jobs(state.compile_jobs, [info])
-    with tempfile.TemporaryDirectory(prefix="kopt-builds-") as scratch:
-        builds = build_all(
-            pm, jobs, toolchain=Toolchain(arch=target_arch(info)), plan=plan, build_root=Path(scratch)
-        )
-    return broken, builds, plan
 
 
 def _explore(

@@ -14,8 +14,9 @@ from kopt_core.ncu.runner import find_ncu
 from kopt_core.records import read_bench_result, read_profile_summary
 from kopt_core.records.state import RooflineHistoryEntry, State
 from kopt_core.run.layout import baseline_dir, iteration_dir, publish, staging_dir
+from kopt_core.run.prepare import prepare_in_run, profile_options, profile_problem
 from kopt_core.run.recorded import recorded_bench
-from kopt_core.run.seed import prepare_in_run, profile_options, profile_problem, stop_on_failure
+from kopt_core.run.stop import stop_on_failure
 from kopt_core.run.store import RunStore
 from kopt_core.run.summary import render_summary
 from kopt_core.steps.profile import profile_prepared

@@ -33,6 +33,7 @@ from kopt_core.records import from_data, to_data
 from kopt_core.records.state import SANITIZER_TIMEOUT_S, Env
 from kopt_core.records.versions import OPTIMIZE_SCHEMA_VERSION
 from kopt_core.run.layout import iteration_dir
+from kopt_core.run.stop import stop_on_failure
 from kopt_core.run.store import RunStore
 
 OPTIMIZE_FILE = "optimize.json"
@@ -290,8 +291,6 @@ def run_loop(pm, store: RunStore, *, steps: LoopSteps) -> OptimizeOutcome:
             steps.summarize(pm, store)
             return _outcome(store, AWAITING, result.message, brief=str(folder / "brief.md"))
         if result.status == "failed":
-            from kopt_core.run.seed import stop_on_failure
-
             stop_on_failure(
                 store,
                 "generate",

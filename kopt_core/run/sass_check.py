@@ -25,8 +25,8 @@ from kopt_core.records.loop import (
     read_sass_check,
 )
 from kopt_core.run.candidates import iteration_methods
-from kopt_core.run.explore import open_folder
-from kopt_core.run.seed import prepare_in_run, stop_on_failure
+from kopt_core.run.prepare import open_folder, prepare_in_run
+from kopt_core.run.stop import stop_on_failure
 from kopt_core.run.store import RunStore
 from kopt_core.sass import SassToolError
 from kopt_core.sass.verify import SassVerdict, load_signatures

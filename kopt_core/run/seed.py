@@ -7,7 +7,7 @@ summary.md and leaves no ``iterv1/``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 from kopt_core.errors import (
     EXIT_CONFIG,
@@ -18,71 +18,21 @@ from kopt_core.errors import (
     ValidationError,
 )
 from kopt_core.jsonio import write_json
-from kopt_core.records import BenchOptions, ProfileOptions, to_data
-from kopt_core.records.state import RooflineHistoryEntry, State, ceilings_of
+from kopt_core.records import BenchOptions, to_data
+from kopt_core.records.bench import LOOP_OPTIONS
+from kopt_core.records.state import RooflineHistoryEntry, State
 from kopt_core.run.layout import baseline_dir
+from kopt_core.run.prepare import prepare_in_run, profile_options, profile_problem
+from kopt_core.run.stop import clear_stop, stop_on_failure
 from kopt_core.run.store import RunStore
 from kopt_core.run.summary import render_summary
-from kopt_core.steps.bench import Prepared, exit_code, prepare, run_bench
+from kopt_core.steps.bench import Prepared, exit_code, run_bench
 from kopt_core.steps.profile import profile_prepared
 
 NOISE_FILE = "noise_aa.json"
 
-# How the steps after the seed check and time a kernel (explore, the pairings of promotion, ablation and
-# the A/A noise): every check bench makes, a shorter timing budget, and never the reference again (the
-# seed timed it). The paired comparison, not a single median, decides what is faster.
-LOOP_OPTIONS = BenchOptions(budget_s=1.0, warmup_ms=100.0, time_reference=False)
-
 if TYPE_CHECKING:
-    from kopt_core.plugins import PluginManager
-
-
-def stop_on_failure(store: RunStore, stage: str, error: KoptError, iteration: int | None = None) -> NoReturn:
-    """Stop the run as docs/loop.md says (stop.json, run_status=stopped, summary.md) and re-raise."""
-    store.write_stop(stage, str(error), error.exit_code, iteration=iteration)
-    raise error
-
-
-def profile_options(state: State, bundle: str | None = None) -> ProfileOptions:
-    """How the run profiles: its ``ncu_num``, the ceilings of ``ceilings_of``, and ``bundle`` (None:
-    adaptive, as for the baseline; later profiles force the baseline's), ncu's default time limits."""
-    return ProfileOptions(ncu_num=state.ncu_num, bundle=bundle, ceilings=ceilings_of(state))
-
-
-def profile_problem(outcome) -> str | None:
-    """Why a profile cannot serve as evidence (no kernel, no parsed metric, ncu errors in its log), or
-    None: the baseline's profile and every iteration's must pass this before anything depends on them."""
-    report = outcome.report
-    if not report.kernels:
-        return "the report has no kernel"
-    if not any(m.value is not None for m in report.aggregate.metrics.values()):
-        return "the report has no parsed metric"
-    for attempt in outcome.summary.attempts[-1:]:
-        log = Path(attempt.log)
-        if log.is_file() and "==ERROR==" in log.read_text(errors="replace"):
-            return f"ncu reported errors (see {log})"
-    return None
-
-
-def prepare_in_run(
-    pm: PluginManager,
-    state: State,
-    purpose: str,
-    kernel: str | Path | None = None,
-    *,
-    require_gpu: bool = True,
-) -> Prepared:
-    """A kernel of the run (the current best unless ``kernel`` is given), checked and built against the
-    run's reference, dims and backend (``require_gpu=False``: also on a machine without a GPU)."""
-    return prepare(
-        pm,
-        kernel or state.best_file,
-        state.ref_file,
-        dict(state.dims),
-        backend=state.backend,
-        purpose=purpose,
-        require_gpu=require_gpu,
-    )
+    pass
 
 
 def measure_noise(prepared: Prepared, folder: Path, *, executor=None, plan=None) -> float:
@@ -123,7 +73,7 @@ def seed_baseline(
             stop = store.load_stop()
             if not retry or stop is None or stop.exit_code != EXIT_HARDWARE:
                 raise store.stopped_error(state, retrying=retry)
-            state = store.clear_stop()
+            state = clear_stop(store)
         if state.run_status != "initialized":
             return state  # seeded already: running the step again changes nothing
         folder = baseline_dir(state.run_dir)

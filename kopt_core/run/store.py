@@ -129,18 +129,12 @@ class RunStore:
             return None
         return read_document(self.stop_path, StopRecord, "stop", what=str(self.stop_path), hint=STOP_HINT)
 
-    def write_stop(self, stage: str, reason: str, exit_code: int, iteration: int | None = None) -> StopRecord:
-        """Stop the run: stop.json first (a stopped state always has its stop.json), then state.json
-        (run_status "stopped", stop_reason, stop_stage), each atomically; then the stopped summary.md."""
-        from kopt_core.run.summary import render_summary
+    def save_stop(self, stop: StopRecord) -> Path:
+        """Write stop.json (atomically). Stopping a run is kopt_core.run.stop's: it writes this first."""
+        return write_json(self.stop_path, to_data(stop))
 
-        stop = StopRecord(
-            stage=stage, reason=reason, exit_code=int(exit_code), iteration=iteration, created_at=now_iso()
-        )
-        write_json(self.stop_path, to_data(stop))
-        self.update(run_status="stopped", stop_reason=reason, stop_stage=stage)
-        render_summary(self)
-        return stop
+    def remove_stop(self) -> None:
+        self.stop_path.unlink(missing_ok=True)
 
     def stopped_error(self, state: State, *, retrying: bool = False) -> KoptError:
         """What a step answers on a stopped run: the stage and reason stop.json records and how to start
@@ -166,24 +160,6 @@ class RunStore:
             )
         kind = {EXIT_HARDWARE: HardwareError, EXIT_INVALID_KERNEL: ValidationError}.get(code, ConfigError)
         return kind(message, hint=hint)
-
-    def clear_stop(self) -> State:
-        """Undo a stop for ``kopt seed --retry``: stop.json goes and state.json returns to the status the
-        evidence shows (initialized before the baseline was timed, running once an iteration opened,
-        seeded in between); summary.md is rendered again."""
-        from kopt_core.run.summary import render_summary
-
-        state = self.load()
-        if state.best_metric_ms is None:
-            status = "initialized"
-        elif state.verified_iterations or any((e.iteration or 0) > 0 for e in state.roofline_history):
-            status = "running"
-        else:
-            status = "seeded"
-        self.stop_path.unlink(missing_ok=True)
-        state = self.update(run_status=status, stop_reason=None, stop_stage=None)
-        render_summary(self)
-        return state
 
     # the lock
     def lock_holder(self) -> dict | None:

@@ -350,7 +350,7 @@ def search_kernel(
     Raises ConfigError (exit 4) for a kernel without a space or a bad kernel, reference, dims or budget,
     HardwareError (exit 3) when the backend's tool or the GPU it needs is missing, after the static
     checks."""
-    from kopt_core.run.seed import LOOP_OPTIONS
+    from kopt_core.records.bench import LOOP_OPTIONS
     from kopt_core.search.study import run_study, write_results
 
     kernel = Path(kernel)

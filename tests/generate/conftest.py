@@ -24,7 +24,7 @@ from kopt_core.records.loop import AblationSpec, BranchSpec, Candidates
 from kopt_core.records.state import Env
 from kopt_core.run.init import init_run
 from kopt_core.run.layout import iteration_dir
-from kopt_core.run.seed import prepare_in_run
+from kopt_core.run.prepare import prepare_in_run
 from kopt_core.run.store import RunStore
 from kopt_core.steps.bench import run_bench
 

@@ -16,6 +16,7 @@ from kopt_core.knowledge.methods import load_methods
 from kopt_core.records import from_data
 from kopt_core.records.loop import Candidates
 from kopt_core.run.candidates import load_candidates
+from kopt_core.run.stop import write_stop
 
 
 def _brief(pm, run, generator="agent"):
@@ -192,7 +193,7 @@ def test_no_brief_before_the_iteration_is_opened_or_selected(pm, opened):
 
 
 def test_a_stopped_run_generates_nothing(pm, opened):
-    opened.store.write_stop("explore", "every branch failed", 2, iteration=1)
+    write_stop(opened.store, "explore", "every branch failed", 2, iteration=1)
     with pytest.raises(ValidationError) as error:
         generate_in_run(pm, opened.store, 1, generator="agent")
     assert error.value.exit_code == 2 and "is stopped: explore (iteration 1) failed" in error.value.message

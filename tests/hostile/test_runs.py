@@ -21,6 +21,7 @@ from kopt_core.records.state import Env
 from kopt_core.run.init import init_run
 from kopt_core.run.iteration import open_iteration
 from kopt_core.run.seed import seed_baseline
+from kopt_core.run.stop import write_stop
 
 from . import run_kopt
 
@@ -102,7 +103,7 @@ def test_seed_retry_is_refused_when_the_kernel_stopped_the_run(pm, tmp_path):
 def test_retry_after_an_iteration_failed_to_open_returns_to_the_seeded_run(pm, tmp_path):
     store = make_run(pm, tmp_path)
     store.update(best_metric_ms=1.0, run_status="seeded")  # as a seeded run's state.json says
-    store.write_stop("iter_open", "no NVIDIA GPU: nvidia-smi is not on PATH", 3, iteration=1)
+    write_stop(store, "iter_open", "no NVIDIA GPU: nvidia-smi is not on PATH", 3, iteration=1)
     with pytest.raises(HardwareError, match=r"iter_open \(iteration 1\).*no NVIDIA GPU") as info:
         open_iteration(pm, store, 1)
     assert "--retry" in str(info.value)

@@ -33,8 +33,9 @@ from kopt_core.run.candidates import write_candidates
 from kopt_core.run.explore import explore_iteration
 from kopt_core.run.init import init_run
 from kopt_core.run.layout import iteration_dir
+from kopt_core.run.prepare import prepare_in_run
 from kopt_core.run.sass_check import check_iteration_sass
-from kopt_core.run.seed import measure_noise, prepare_in_run
+from kopt_core.run.seed import measure_noise
 from kopt_core.run.summary import render_summary
 from kopt_core.steps.bench import run_bench
 

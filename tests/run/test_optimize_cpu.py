@@ -29,7 +29,8 @@ from kopt_core.records import BenchOptions, to_data
 from kopt_core.records.state import Env
 from kopt_core.run.layout import iteration_dir
 from kopt_core.run.optimize import OPTIMIZE_FILE, LoopSteps, resume_run, start_run
-from kopt_core.run.seed import measure_noise, prepare_in_run
+from kopt_core.run.prepare import prepare_in_run
+from kopt_core.run.seed import measure_noise
 from kopt_core.run.store import read_env
 from kopt_core.steps.bench import run_bench
 

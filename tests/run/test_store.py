@@ -22,6 +22,7 @@ from kopt_core.records.state import Env, HistoryEntry, RooflineHistoryEntry, Sta
 from kopt_core.records.versions import ENV_SCHEMA_VERSION, STATE_SCHEMA_VERSION, V5_FIELDS
 from kopt_core.run.layout import iteration_dir, new_run_dir, publish, staging_dir
 from kopt_core.run.status import run_status
+from kopt_core.run.stop import write_stop
 from kopt_core.run.store import RunLocked, RunStore
 
 
@@ -334,7 +335,7 @@ def test_killed_holder_frees_the_lock(tmp_path):
 def test_write_stop(tmp_path):
     store = RunStore(tmp_path)
     store.save(make_state(tmp_path, run_status="seeded", best_metric_ms=2.0))
-    stop = store.write_stop("iter_open", "ncu parsed no metrics", EXIT_HARDWARE, iteration=1)
+    stop = write_stop(store, "iter_open", "ncu parsed no metrics", EXIT_HARDWARE, iteration=1)
     data = json.loads((tmp_path / "stop.json").read_text())
     assert (
         data["stage"] == "iter_open"

@@ -22,12 +22,12 @@ from kopt_core.generate import generate_in_run, generation_context
 from kopt_core.jsonio import write_json
 from kopt_core.knowledge.select import Picked, Selection
 from kopt_core.records import BackendInfo, BenchOptions, BenchResult, TimingStats, to_data
+from kopt_core.records.bench import LOOP_OPTIONS
 from kopt_core.records.search import TrialOutcome
 from kopt_core.records.state import Env
 from kopt_core.run.candidates import load_candidates
 from kopt_core.run.init import init_run
 from kopt_core.run.layout import iteration_dir
-from kopt_core.run.seed import LOOP_OPTIONS
 from kopt_core.search.space import read_space
 from kopt_core.search.study import PRIOR, run_study
 from kopt_core.search.variants import DeclaredSpace, config_id, strip_variant, write_variant
