@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from kopt_core.backends import BackendRegistry
 
+# The backend ``kopt gate`` checks and standalone ``kopt select`` assumes when none is named.
+DEFAULT_BACKEND = "cuda"
+
+
+def installed_backends(pm) -> tuple[str, ...]:
+    """The names of the backends the plugins register."""
+    return tuple(BackendRegistry.from_plugins(pm).backends)
+
 
 def list_backends(pm) -> list[dict]:
     registry = BackendRegistry.from_plugins(pm)

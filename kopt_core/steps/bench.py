@@ -21,6 +21,8 @@ from kopt_core.errors import (
     EXIT_OK,
     ConfigError,
     HardwareError,
+    KoptError,
+    ValidationError,
 )
 from kopt_core.hardware import DEFAULT_ARCH, arch_for_capability, detect_gpus
 from kopt_core.jsonio import write_json
@@ -227,3 +229,125 @@ def exit_code(result: BenchResult) -> int:
     if result.status == "error" and result.error_stage == "reference":
         return EXIT_CONFIG
     return EXIT_INVALID_KERNEL
+
+
+# ------------------------------------------------------------------------------------ the bench command
+
+# The error a bench that ran but did not pass reports, by its exit code (the --json envelope's error type).
+_FAILURE_FOR_EXIT: dict[int, type[KoptError]] = {
+    EXIT_INVALID_KERNEL: ValidationError,
+    EXIT_HARDWARE: HardwareError,
+    EXIT_CONFIG: ConfigError,
+}
+
+
+@attrs.frozen
+class BenchOutcome:
+    """What ``kopt bench`` ends with: the result (bench.json, also when nothing could be measured) and,
+    when the kernel did not pass, why: ``failure``, whose exit code is the command's."""
+
+    result: BenchResult
+    failure: KoptError | None = None
+    measured: bool = True  # False: it stopped before a worker ran (no GPU, the backend cannot run here)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if self.failure is None else self.failure.exit_code
+
+
+def failure_of(result: BenchResult) -> KoptError | None:
+    """Why ``result`` did not pass (its ``exit_code``), in words; None when it passed."""
+    code = exit_code(result)
+    if code == EXIT_OK:
+        return None
+    message = result.error or f"the kernel did not pass (status {result.status})"
+    return _FAILURE_FOR_EXIT.get(code, KoptError)(message)
+
+
+def device_error_result(
+    pm, kernel, reference, backend: str | None, dims: dict, options: BenchOptions, exc: KoptError
+) -> BenchResult:
+    """bench.json for a bench that stopped before its worker: status error, stage device."""
+    from datetime import datetime, timezone
+
+    from kopt_core import __version__
+
+    if not backend:
+        try:
+            backend = BackendRegistry.from_plugins(pm).detect(kernel).name
+        except KoptError:
+            backend = ""
+    return BenchResult(
+        kernel=str(Path(kernel).resolve()),
+        backend=backend,
+        status="error",
+        error=str(exc),
+        error_stage="device",
+        reference_file=str(Path(reference).resolve()),
+        dims=dict(dims),
+        options=options,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        kopt_version=__version__,
+    )
+
+
+def bench_outcome(
+    pm,
+    kernel: str | Path,
+    reference: str | Path,
+    dims: dict,
+    *,
+    backend: str | None = None,
+    options: BenchOptions | None = None,
+    arch: str | None = None,
+    on_warning=None,
+    out: str | Path | None = None,
+) -> BenchOutcome:
+    """``kopt bench``: ``bench_kernel`` and its exit code. A HardwareError before a worker ran (no GPU,
+    the backend cannot run here; exit 3) comes after the contract was checked, so it still ends with a
+    result, one that says why nothing was measured, written to ``out`` as any bench.json. Raises
+    KoptError for what the user must fix."""
+    options = options or BenchOptions()
+    try:
+        result = bench_kernel(
+            pm,
+            kernel,
+            reference,
+            dims,
+            backend=backend,
+            options=options,
+            arch=arch,
+            on_warning=on_warning,
+            out=out,
+        )
+    except HardwareError as exc:
+        failed = device_error_result(pm, kernel, reference, backend, dims, options, exc)
+        if out:
+            write_json(out, to_data(failed))
+        return BenchOutcome(result=failed, failure=exc, measured=False)
+    return BenchOutcome(result=result, failure=failure_of(result))
+
+
+PREFLIGHT_CHECKS = ("kernel contract", "reference", "dims", "build")
+
+
+def preflight_document(
+    kernel: str | Path,
+    reference: str | Path,
+    dims: dict,
+    *,
+    backend: str | None,
+    arch: str | None,
+    summary: str,
+) -> dict:
+    """``kopt preflight --json``'s result: what was checked, of which kernel, and ``preflight_kernel``'s
+    summary."""
+    return {
+        "kernel": str(Path(kernel).resolve()),
+        "reference": str(Path(reference).resolve()),
+        "dims": dims,
+        "backend": backend,
+        "arch": arch,
+        "checks": list(PREFLIGHT_CHECKS),
+        "summary": summary,
+    }

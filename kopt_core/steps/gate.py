@@ -392,3 +392,54 @@ def run_gate(
     if out is not None:
         write_json(out, to_data(env))
     return env
+
+
+@frozen
+class GateOutcome:
+    """What ``kopt gate`` ends with: env.json, and the gate's word on it. ``warning``: a diagnostic run,
+    which never authorises generation; ``failure``: the refusal (exit 3), with the problems."""
+
+    env: Env
+    warning: str | None = None
+    failure: HardwareError | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.failure is None else self.failure.exit_code
+
+
+def gate_verdict(env: Env, out: str | Path) -> GateOutcome:
+    """Exit 0 when ``env`` allows generation, or (with a warning) when it was a diagnostic run; else the
+    refusal, naming the evidence ``out`` and every problem."""
+    if env.generation_allowed:
+        return GateOutcome(env)
+    problems = "".join(f"\n  - {problem}" for problem in env.problems)
+    if env.diagnostic:
+        return GateOutcome(
+            env, warning=f"diagnostic run: generation is never authorised; wrote {out}{problems}"
+        )
+    refusal = f"the hardware gate refuses generation ({env.attempts} attempt(s); evidence in {out}):"
+    return GateOutcome(env, failure=HardwareError(refusal + problems))
+
+
+def gate_outcome(
+    pm,
+    *,
+    backend: str,
+    attempts: int = MAX_ATTEMPTS,
+    diagnostic: bool = False,
+    measure: bool = True,
+    out: str | Path,
+    on_progress: Callable[[str], None] | None = None,
+) -> GateOutcome:
+    """``kopt gate``: ``run_gate`` writing env.json to ``out``, then ``gate_verdict``."""
+    env = run_gate(
+        pm,
+        backend=backend,
+        attempts=attempts,
+        diagnostic=diagnostic,
+        measure=measure,
+        out=Path(out),
+        on_progress=on_progress,
+    )
+    return gate_verdict(env, out)

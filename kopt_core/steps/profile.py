@@ -376,3 +376,12 @@ def profile_standalone(
         Path(out_dir or f"kopt_profile_{Path(kernel).stem}"),
         options=options,
     )
+
+
+def profile_document(outcome: ProfileOutcome) -> dict:
+    """``kopt profile --json``'s result: profile.json with the roofline and the output folder."""
+    return {
+        **to_data(outcome.summary),
+        "roofline": to_data(outcome.roofline),
+        "out_dir": str(outcome.out_dir),
+    }

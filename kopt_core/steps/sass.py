@@ -8,10 +8,12 @@ that, one a backend offers (its ``kopt_probe`` details name it: the Triton wheel
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from kopt_core.backends import BackendRegistry, backend_hooks
-from kopt_core.errors import ConfigError
+from kopt_core.errors import ConfigError, HardwareError
 from kopt_core.knowledge.methods import load_methods
 from kopt_core.records import Artifact
 from kopt_core.sass import SassVerdict, disassemble_file, parse_sass, verify_artifact
@@ -89,3 +91,12 @@ def check_sass(
         return _listing_text(Path(path), cuobjdump, option="--baseline" if path is baseline_path else "")
 
     return verify_artifact(listing, Path(target), methods, arch, baseline_path)
+
+
+def unread_failure(verdicts: Sequence[Any], what: str) -> HardwareError | None:
+    """``kopt sass`` exits 3 when no disassembler could read ``what`` (every verdict a tool error: a
+    missing tool is never a pass); None otherwise. ``verdicts``: SassVerdicts, or sass_check.json's
+    method checks."""
+    if verdicts and all(verdict.status == "tool_error" for verdict in verdicts):
+        return HardwareError(f"no disassembler could read {what}")
+    return None

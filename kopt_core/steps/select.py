@@ -354,4 +354,10 @@ def select_standalone(
         str(roofline_path),
         ["standalone selection: no method history", *notes],
     )
-    return write_selection(Path(out_dir or Path(roofline_path).parent), selection, analysis)
+    return write_selection(standalone_out_dir(roofline_path, out_dir), selection, analysis)
+
+
+def standalone_out_dir(roofline_path: str | Path, out_dir: str | Path | None = None) -> Path:
+    """Where ``select_standalone`` writes methods.json and analysis.md: ``out_dir``, else beside
+    roofline.json."""
+    return Path(out_dir or Path(roofline_path).parent)
