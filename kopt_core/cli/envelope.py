@@ -41,6 +41,16 @@ def kopt_error(exc: KoptError) -> dict[str, Any]:
     return error_data(type(exc).__name__, exc.message, exc.hint)
 
 
+def failure(exc: KoptError | None) -> dict[str, Any] | None:
+    """The envelope's error for the failure a command ended with; None when it ended well."""
+    return None if exc is None else kopt_error(exc)
+
+
+def exit_code(exc: KoptError | None) -> int:
+    """The exit code of a command that ended with the failure ``exc`` (0: none)."""
+    return 0 if exc is None else exc.exit_code
+
+
 def envelope(
     command: str | None, exit_code: int, result: Any = None, error: dict[str, Any] | None = None
 ) -> dict[str, Any]:

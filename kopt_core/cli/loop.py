@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from kopt_core.cli import _plugin_manager, _store, cli, envelope, render
+from kopt_core.cli import app, envelope, render
 
 STATE = click.option(
     "--state", "state_path", required=True, type=click.Path(), help="The run's state.json (or folder)."
@@ -26,7 +26,7 @@ def _emit_record(command: str, store, written, path, record) -> int:
     return envelope.emit(command, 0, result)
 
 
-@cli.command("explore")
+@app.cli.command("explore")
 @STATE
 @ITER
 @_json_option("explore.json and the promotion's paired.json")
@@ -38,9 +38,9 @@ def explore_cmd(state_path, iteration, as_json) -> int:
     from kopt_core.run.explore import explore_iteration
     from kopt_core.run.layout import iteration_dir
 
-    store = _store(state_path)
+    store = app.store(state_path)
     written = envelope.Written(store.run_dir)
-    record = explore_iteration(_plugin_manager(), store, iteration)
+    record = explore_iteration(app.plugin_manager(), store, iteration)
     folder = iteration_dir(store.run_dir, iteration)
     if as_json:
         return _emit_record("explore", store, written, folder / EXPLORE_FILE, record)
@@ -48,7 +48,7 @@ def explore_cmd(state_path, iteration, as_json) -> int:
     return 0
 
 
-@cli.command("ablate")
+@app.cli.command("ablate")
 @STATE
 @ITER
 @_json_option("attribution.json")
@@ -59,9 +59,9 @@ def ablate_cmd(state_path, iteration, as_json) -> int:
     from kopt_core.run.ablate import ablate_iteration
     from kopt_core.run.layout import iteration_dir
 
-    store = _store(state_path)
+    store = app.store(state_path)
     written = envelope.Written(store.run_dir)
-    record = ablate_iteration(_plugin_manager(), store, iteration)
+    record = ablate_iteration(app.plugin_manager(), store, iteration)
     path = iteration_dir(store.run_dir, iteration) / ATTRIBUTION_FILE
     if as_json:
         return _emit_record("ablate", store, written, path, record)
@@ -69,7 +69,7 @@ def ablate_cmd(state_path, iteration, as_json) -> int:
     return 0
 
 
-@cli.command("update")
+@app.cli.command("update")
 @STATE
 @ITER
 @_json_option("the run's state after the update")
@@ -78,7 +78,7 @@ def update_cmd(state_path, iteration, as_json) -> int:
     sass_check): classify each method, move best_file only on a paired win, append the history."""
     from kopt_core.run.update import update_in_run
 
-    store = _store(state_path)
+    store = app.store(state_path)
     written = envelope.Written(store.run_dir)
     state = update_in_run(store, iteration)
     if as_json:
@@ -89,7 +89,7 @@ def update_cmd(state_path, iteration, as_json) -> int:
     return 0
 
 
-@cli.command("summarize")
+@app.cli.command("summarize")
 @click.option(
     "--state", "state_path", required=True, type=click.Path(), help="The run's state.json (or folder)."
 )
@@ -99,7 +99,7 @@ def summarize_cmd(state_path, as_json) -> int:
     speedup-per-iteration chart."""
     from kopt_core.run.summary import render_summary
 
-    store = _store(state_path)
+    store = app.store(state_path)
     written = envelope.Written(store.run_dir)
     path = render_summary(store)
     if as_json:

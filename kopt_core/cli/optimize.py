@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from kopt_core.cli import SANITIZER_TIMEOUT, _plugin_manager, cli, envelope, outputs, render
+from kopt_core.cli import app, envelope, outputs, render
+from kopt_core.records.state import State
 
 
 def _generator_options(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
@@ -17,7 +18,7 @@ def _generator_options(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
     return options
 
 
-@cli.command("optimize", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@app.cli.command("optimize", context_settings=app.FREE_ARGUMENTS)
 @click.option("--baseline", type=click.Path(dir_okay=False), default=None, help="Baseline kernel file.")
 @click.option("--ref", "reference", type=click.Path(dir_okay=False), default=None, help="Reference file.")
 @click.option("--dims", "dims_json", default=None, help='Dims as JSON, e.g. \'{"M":4096,"N":4096}\'.')
@@ -35,22 +36,25 @@ def _generator_options(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
     help='An option of the generator (repeatable), e.g. \'command=["python3","gen.py"]\' or trials=24.',
 )
 @click.option(
-    "--iterations", type=click.IntRange(min=1), default=3, show_default=True, help="Most iterations."
-)
-@click.option(
-    "--k", "k", type=click.IntRange(min=1), default=4, show_default=True, help="Branches per iteration."
-)
-@click.option(
-    "--numerics-mode",
-    type=click.Choice(["reference", "strict", "approximate"]),
-    default="reference",
+    "--iterations",
+    type=click.IntRange(min=1),
+    default=app.default_of(State, "iterations_total"),
     show_default=True,
-    help="Numerical contract for methods.",
+    help="Most iterations.",
 )
+@click.option(
+    "--k",
+    "k",
+    type=click.IntRange(min=1),
+    default=app.default_of(State, "branches"),
+    show_default=True,
+    help="Branches per iteration.",
+)
+@app.numerics_mode_option("Numerical contract for methods.")
 @click.option("--backend", default=None, help="Backend name (default: detected from the file).")
 @click.option("--arch", default=None, help="Target architecture for the static build (default: the GPU's).")
-@click.option("--compile-jobs", default="auto", show_default=True, help="Parallel CPU compiles: auto or N.")
-@SANITIZER_TIMEOUT
+@app.compile_jobs_option()
+@app.SANITIZER_TIMEOUT
 @click.option(
     "--resume", "resume", type=click.Path(file_okay=False), default=None, help="Continue the run in RUN."
 )
@@ -85,7 +89,7 @@ def optimize_cmd(
     from kopt_core.errors import ConfigError
     from kopt_core.run.optimize import resume_run, start_run
 
-    pm = _plugin_manager()
+    pm = app.plugin_manager()
     if resume is not None:
         if baseline or reference or extra or dims_json:
             raise ConfigError("--resume continues a run as it was started: leave out --baseline, --ref, dims")

@@ -264,6 +264,11 @@ def _gpu_line(gpu) -> str:
     return ", ".join(parts)
 
 
+def gate_progress(message: str) -> None:
+    """One step of the hardware gate, dim on stderr: ``kopt gate: MESSAGE``."""
+    err.print(f"kopt gate: {message}", style="dim", highlight=False, markup=False, soft_wrap=True)
+
+
 def gate_report(env) -> None:
     """The hardware gate's findings (an ``Env``): verdict, GPU, context, counters, tools, backend,
     ceilings."""
@@ -460,3 +465,36 @@ def optimize_report(outcome) -> None:
     )
     out.print(f"  best: {escape(outcome.best_file)}, {best}{gain}")
     out.print(f"  summary: {run}/summary.md")
+
+
+def search_report(outcome) -> None:
+    """The fastest configurations (at most 5) and how fast the search went."""
+    result = outcome.result
+    top = outcome.top()
+    table = Table(title=escape(f"kopt search: {outcome.kernel}"))
+    for column in ("#", "config id", "configuration", "median", "vs best", "trial"):
+        table.add_column(column, overflow="fold")
+    best_ms = top[0].value_ms if top else None
+    for rank, record in enumerate(top, start=1):
+        ratio = f"{record.value_ms / best_ms:.2f}x" if best_ms else "-"
+        table.add_row(
+            str(rank),
+            escape(record.config_id),
+            escape(outcome.labels.get(record.config_id, "")),
+            fmt_ms(record.value_ms),
+            ratio,
+            str(record.number),
+        )
+    out.print(table)
+    lines = [
+        f"{len(result.trials)} configurations evaluated in the study ({result.evaluated_now} now, "
+        f"{result.failures} failed, {result.rejected} rejected by a constraint, {result.duplicates} "
+        f"proposed again); stopped: {result.stop_reason}",
+        f"{result.evaluated_now} in {result.elapsed_s:.1f} s: {result.trials_per_minute:.1f} trials/minute",
+        f"trials: {outcome.trials_csv}",
+    ]
+    if outcome.best_file is not None:
+        lines.append(f"best: {outcome.best_file} ({outcome.best_json})")
+    else:
+        lines.append("no configuration passed every check: the failures' reasons are in trials.csv")
+    out.print(Text("\n".join(lines)))

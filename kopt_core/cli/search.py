@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import click
 
-from kopt_core.cli import POSITIVE, _plugin_manager, cli, envelope, outputs, render
+from kopt_core.cli import app, envelope, outputs, render
 
 SAMPLERS = ("tpe", "grid", "random", "cmaes")
 SEED_MAX = (1 << 32) - 1  # Optuna's samplers seed numpy, which takes 32 bits
 
 
-@cli.command("search", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@app.cli.command("search", context_settings=app.FREE_ARGUMENTS)
 @click.argument("kernel", type=click.Path(dir_okay=False))
 @click.option("--ref", "reference", required=True, type=click.Path(dir_okay=False), help="Reference file.")
 @click.option("--dims", "dims_json", default=None, help='Dims as JSON, e.g. \'{"M":4096,"N":4096}\'.')
@@ -30,7 +30,7 @@ SEED_MAX = (1 << 32) - 1  # Optuna's samplers seed numpy, which takes 32 bits
 @click.option(
     "--time-budget",
     "time_budget_s",
-    type=POSITIVE,
+    type=app.POSITIVE,
     default=None,
     help="Seconds of search in this call, checked between configurations.",
 )
@@ -54,12 +54,7 @@ SEED_MAX = (1 << 32) - 1  # Optuna's samplers seed numpy, which takes 32 bits
 @click.option(
     "--seed", type=click.IntRange(0, SEED_MAX), default=0, show_default=True, help="The sampler's seed."
 )
-@click.option(
-    "--compile-jobs",
-    default="auto",
-    show_default=True,
-    help="Configurations built at once in the compile pool before each is timed: auto or N.",
-)
+@app.compile_jobs_option("Configurations built at once in the compile pool before each is timed: auto or N.")
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the envelope (result: the search's outcome) on stdout."
 )
@@ -89,21 +84,20 @@ def search_cmd(
     from pathlib import Path
 
     from kopt_core.dims import parse_dims
-    from kopt_core.steps.search import DEFAULT_TRIALS, search_kernel
+    from kopt_core.steps.search import search_kernel
+    from kopt_core.steps.search_outcome import default_out_dir, default_trials, search_failure
 
     dims = parse_dims(dims_json, extra)
-    if trials is None and time_budget_s is None and sampler != "grid":
-        trials = DEFAULT_TRIALS
-    out = Path(out_dir) if out_dir else Path(f"kopt_search_{Path(kernel).stem}")
+    out = Path(out_dir) if out_dir else default_out_dir(kernel)
     if out_dir is None:
         outputs.check_writable(out, folder=True)
     outcome = search_kernel(
-        _plugin_manager(),
+        app.plugin_manager(),
         kernel,
         reference,
         dims,
         out_dir=out,
-        trials=trials,
+        trials=default_trials(trials, time_budget_s, sampler),
         time_budget_s=time_budget_s,
         sampler=sampler,
         storage=storage,
@@ -113,54 +107,10 @@ def search_cmd(
         on_warning=render.warning,
         compile_jobs=compile_jobs,
     )
-    code = 0 if outcome.best is not None else 2
+    failure = search_failure(outcome)
     if as_json:
-        error = None
-        if code:
-            error = envelope.error_data(
-                "ValidationError",
-                f"no configuration passed every check ({len(outcome.result.trials)} evaluated): "
-                f"see {outcome.trials_csv}",
-            )
-        return envelope.emit("search", code, outcome.to_data(), error)
-    search_report(outcome)
-    return code
-
-
-def search_report(outcome) -> None:
-    """The fastest configurations (at most 5) and how fast the search went."""
-    from rich.markup import escape
-    from rich.table import Table
-    from rich.text import Text
-
-    from kopt_core.run.summary import fmt_ms
-
-    result = outcome.result
-    top = outcome.top()
-    table = Table(title=escape(f"kopt search: {outcome.kernel}"))
-    for column in ("#", "config id", "configuration", "median", "vs best", "trial"):
-        table.add_column(column, overflow="fold")
-    best_ms = top[0].value_ms if top else None
-    for rank, record in enumerate(top, start=1):
-        ratio = f"{record.value_ms / best_ms:.2f}x" if best_ms else "-"
-        table.add_row(
-            str(rank),
-            escape(record.config_id),
-            escape(outcome.labels.get(record.config_id, "")),
-            fmt_ms(record.value_ms),
-            ratio,
-            str(record.number),
+        return envelope.emit(
+            "search", envelope.exit_code(failure), outcome.to_data(), envelope.failure(failure)
         )
-    render.out.print(table)
-    lines = [
-        f"{len(result.trials)} configurations evaluated in the study ({result.evaluated_now} now, "
-        f"{result.failures} failed, {result.rejected} rejected by a constraint, {result.duplicates} "
-        f"proposed again); stopped: {result.stop_reason}",
-        f"{result.evaluated_now} in {result.elapsed_s:.1f} s: {result.trials_per_minute:.1f} trials/minute",
-        f"trials: {outcome.trials_csv}",
-    ]
-    if outcome.best_file is not None:
-        lines.append(f"best: {outcome.best_file} ({outcome.best_json})")
-    else:
-        lines.append("no configuration passed every check: the failures' reasons are in trials.csv")
-    render.out.print(Text("\n".join(lines)))
+    render.search_report(outcome)
+    return envelope.exit_code(failure)

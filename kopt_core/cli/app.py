@@ -1,0 +1,150 @@
+"""The click application: the ``kopt`` group, how a command line ends (exit code, the --json envelope of a
+failure) and what the command modules share (option types, shared options, the plugin manager, a run's
+store). The commands register themselves on ``cli`` from their own modules (kopt_core.cli.commands
+imports them all); this module imports none of them.
+
+Exit codes (docs/loop.md): 0 ok, 2 no valid kernel, 3 hardware/tool failure, 4 bad kernel file,
+reference or dims. Click's own usage errors are configuration errors (4), never 2.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import attrs
+import click
+
+from kopt_core import __version__, progress
+from kopt_core.cli import envelope, outputs, render
+from kopt_core.errors import EXIT_CONFIG, KoptError
+from kopt_core.records.state import SANITIZER_TIMEOUT_S, State
+from kopt_core.run.init import NUMERICS_MODES
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Every command takes these context settings when it reads dims as free --NAME=VALUE arguments.
+FREE_ARGUMENTS = {"ignore_unknown_options": True, "allow_extra_args": True}
+
+
+def default_of(record: type, name: str) -> Any:
+    """The default of the record field ``name``: a click default that mirrors a record's field reads it
+    here, so the two cannot drift."""
+    default = attrs.fields_dict(record)[name].default
+    factory = getattr(default, "factory", None)  # a field(factory=...): the value it makes
+    return factory() if callable(factory) else default
+
+
+class KoptGroup(click.Group):
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        outputs.USER_OUTPUTS.clear()  # the outputs this command line chose, for the OSError below
+        raw = list(sys.argv[1:] if args is None else args)
+        as_json = envelope.wants_json(raw)
+        failure: dict | None = None
+        # what kopt is doing, on stderr while it builds, profiles or times: a status line on a terminal, a
+        # line per step elsewhere (stdout stays the envelope's alone with --json)
+        shown_before = progress.install(render.status_line())
+        try:
+            code = super().main(
+                args=args,
+                prog_name=prog_name or "kopt",
+                complete_var=complete_var,
+                standalone_mode=False,
+                **extra,
+            )
+        except click.exceptions.Abort:
+            render.error("aborted")
+            code = 1
+            failure = envelope.error_data("Abort", "aborted")
+        except click.ClickException as exc:  # usage errors: a bad command line is a configuration error
+            exc.show()
+            code = EXIT_CONFIG
+            failure = envelope.error_data("UsageError", exc.format_message())
+        except KoptError as exc:
+            render.error(str(exc))
+            code = exc.exit_code
+            failure = envelope.kopt_error(exc)
+        except OSError as exc:  # a path the system refused: the user's --out (exit 4) or kopt's own (1)
+            message, code = outputs.os_error(exc)
+            render.error(message)
+            failure = envelope.error_data("ConfigError" if code == EXIT_CONFIG else "OSError", message)
+        progress.install(shown_before)
+        if failure is not None and as_json:  # the command printed nothing: the failure is the envelope
+            envelope.emit(envelope.command_of(self, raw), code, None, failure)
+        if not standalone_mode:
+            return code
+        sys.exit(code or 0)
+
+
+@click.group(cls=KoptGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kopt")
+def cli() -> None:
+    """kopt: make GPU kernels faster with evidence instead of guesswork."""
+
+
+def plugin_manager():
+    """The plugin manager every command builds its backends and generators from (tests replace it)."""
+    from kopt_core.plugins import get_plugin_manager
+
+    return get_plugin_manager()
+
+
+def store(state_path: str):
+    """The run store of ``--state``: a run's state.json or its folder."""
+    from pathlib import Path
+
+    from kopt_core.run.store import RunStore
+
+    path = Path(state_path)
+    return RunStore(path.parent if path.name == "state.json" else path)
+
+
+# ------------------------------------------------------------------------------------------- option types
+
+
+class FiniteRange(click.FloatRange):
+    """A float in a range that is also finite: click's FloatRange lets nan (and inf with no maximum)
+    through."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{number} is not a finite number in the range {self._describe_range()}.", param, ctx)
+        return number
+
+
+POSITIVE = FiniteRange(min=0, min_open=True)
+NON_NEGATIVE = FiniteRange(min=0)
+
+
+# ----------------------------------------------------------------------------------------- shared options
+
+# A run's limit on each compute-sanitizer tool per branch (state.json sanitizer_timeout_s): init, optimize.
+SANITIZER_TIMEOUT = click.option(
+    "--sanitizer-timeout",
+    "sanitizer_timeout_s",
+    type=click.FloatRange(min=0, min_open=True, max=86400),
+    default=SANITIZER_TIMEOUT_S,
+    show_default=True,
+    help="Seconds each compute-sanitizer tool may take on a branch; past it, race_safe is unknown.",
+)
+
+
+def numerics_mode_option(help: str) -> Callable[[F], F]:
+    """``--numerics-mode``: the run's numerical contract (state.json numerics_mode)."""
+    return click.option(
+        "--numerics-mode",
+        type=click.Choice(NUMERICS_MODES),
+        default=default_of(State, "numerics_mode"),
+        show_default=True,
+        help=help,
+    )
+
+
+def compile_jobs_option(help: str = "Parallel CPU compiles: auto or N.") -> Callable[[F], F]:
+    """``--compile-jobs``: parallel CPU compiles, auto or N (state.json compile_jobs)."""
+    return click.option(
+        "--compile-jobs", default=default_of(State, "compile_jobs"), show_default=True, help=help
+    )
