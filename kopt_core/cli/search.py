@@ -10,8 +10,8 @@ from __future__ import annotations
 import click
 
 from kopt_core.cli import app, envelope, outputs, render
+from kopt_core.records.search import SAMPLERS
 
-SAMPLERS = ("tpe", "grid", "random", "cmaes")
 SEED_MAX = (1 << 32) - 1  # Optuna's samplers seed numpy, which takes 32 bits
 
 
