@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from kopt_core.generate.base import GeneratorInfo
     from kopt_core.records import (
         Artifact,
         BackendInfo,
@@ -47,6 +46,7 @@ if TYPE_CHECKING:
         ProfileLaunch,
         Toolchain,
     )
+    from kopt_core.records.generate import GeneratorInfo
     from kopt_core.records.search import SearchSource
     from kopt_core.reference import ReferenceModule
     from kopt_core.sass import SassVerdict

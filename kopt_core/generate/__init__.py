@@ -8,36 +8,18 @@ what it wrote with the strict candidates.json loader. Built in, through entry po
 - ``agent`` (``kopt_core.generate.agent``): writes the brief and waits for an agent to write the files;
 - ``command`` (``kopt_core.generate.command``): runs the user's command in the iteration folder.
 
-docs/plugins.md, "Writing a generator", walks through the contract.
+What a generator registers, is given and answers are records (``kopt_core.records.generate``, also
+exported by ``kopt_core``); docs/plugins.md, "Writing a generator", walks through the contract.
 """
 
 from __future__ import annotations
 
-from kopt_core.generate.base import (
-    BRIEF_JSON,
-    BRIEF_MD,
-    GENERATION_STATUSES,
-    GenerationContext,
-    GenerationResult,
-    GenerationStatus,
-    GeneratorInfo,
-    GeneratorRegistry,
-    check_options,
-    generator_for,
-    resume_command,
-)
+from kopt_core.generate.base import GeneratorRegistry, check_options, generator_for, resume_command
 from kopt_core.generate.brief import Brief, build_brief, render_brief, write_brief
 from kopt_core.generate.step import generate_in_run, generation_context
 
 __all__ = [
-    "BRIEF_JSON",
-    "BRIEF_MD",
-    "GENERATION_STATUSES",
     "Brief",
-    "GenerationContext",
-    "GenerationResult",
-    "GenerationStatus",
-    "GeneratorInfo",
     "GeneratorRegistry",
     "build_brief",
     "check_options",

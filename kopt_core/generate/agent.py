@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from kopt_core.generate.base import GenerationContext, GenerationResult, GeneratorInfo
 from kopt_core.plugins import hookimpl
+from kopt_core.records.generate import GenerationContext, GenerationResult, GeneratorInfo
 
 NAME = "agent"
 

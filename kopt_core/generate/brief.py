@@ -18,11 +18,11 @@ from typing import Any
 from attrs import field, frozen
 
 from kopt_core.errors import ConfigError
-from kopt_core.generate.base import GenerationContext
 from kopt_core.jsonio import write_json, write_text_atomic
 from kopt_core.records import read_bench_result, to_data
 from kopt_core.records.bench import BufferReport, Tolerance
 from kopt_core.records.fields import as_tuple
+from kopt_core.records.generate import GenerationContext
 from kopt_core.records.kernel import Param
 from kopt_core.records.loop import AblationSpec, BranchSpec, Candidates
 from kopt_core.records.roofline import AXES, NcuTop, Roofline, TopMetric

@@ -27,9 +27,9 @@ from pathlib import Path
 
 from kopt_core.bench.executor import shared_executor
 from kopt_core.errors import ConfigError
-from kopt_core.generate.base import GenerationContext, GenerationResult, GeneratorInfo
 from kopt_core.plugins import hookimpl
 from kopt_core.process import run_in_group
+from kopt_core.records.generate import GenerationContext, GenerationResult, GeneratorInfo
 
 NAME = "command"
 LOG_FILE = "generator.log"

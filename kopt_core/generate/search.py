@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kopt_core.errors import ConfigError
-from kopt_core.generate.base import GenerationContext, GenerationResult, GeneratorInfo
 from kopt_core.plugins import hookimpl
+from kopt_core.records.generate import GenerationContext, GenerationResult, GeneratorInfo
 from kopt_core.records.loop import BranchSpec, Candidates
 from kopt_core.records.search import SAMPLERS, SamplerName
 from kopt_core.run.candidates import write_candidates
@@ -212,5 +212,6 @@ def kopt_register_generators(register: Callable[[GeneratorInfo], None]) -> None:
             generate=generate,
             options=OPTIONS,
             check=check,
+            selects_methods=False,
         )
     )

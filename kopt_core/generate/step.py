@@ -8,6 +8,7 @@ not validate are a ConfigError (exit 4) naming every problem: the files can be f
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -15,20 +16,21 @@ import attrs
 
 from kopt_core.backends import BackendRegistry
 from kopt_core.errors import ConfigError, KoptError
-from kopt_core.generate.base import (
-    BRIEF_JSON,
-    BRIEF_MD,
-    GenerationContext,
-    GenerationResult,
-    GeneratorInfo,
-    generator_for,
-)
+from kopt_core.generate.base import generator_for, resume_command
 from kopt_core.generate.brief import write_brief
 from kopt_core.plugins import PluginManager
+from kopt_core.records.generate import GenerationContext, GenerationResult, GeneratorInfo
 from kopt_core.records.loop import Candidates
 from kopt_core.records.state import State
-from kopt_core.run.candidates import iteration_methods
-from kopt_core.run.layout import iteration_dir
+from kopt_core.run.candidates import candidates_path, iteration_methods, load_candidates
+from kopt_core.run.layout import (
+    ABLATIONS_DIR,
+    BRANCHES_DIR,
+    BRIEF_JSON,
+    BRIEF_MD,
+    iteration_dir,
+    kernel_file,
+)
 from kopt_core.run.store import RunStore
 
 # The statuses in which an opened iteration may be generated: running, or waiting for its candidates.
@@ -51,19 +53,35 @@ def generation_context(
         )
     info = BackendRegistry.from_plugins(pm).get(state.backend)
     suffix = Path(state.best_file).suffix
+    methods = iteration_methods(folder)
+    suffixes = tuple(info.suffixes) or (suffix,)
+    run_dir = Path(state.run_dir)
     return GenerationContext(
-        run_dir=Path(state.run_dir),
+        run_dir=run_dir,
         iteration=iteration,
         iteration_dir=folder,
         state=state,
         k=state.branches,
-        methods=iteration_methods(folder),
+        methods=methods,
         backend=state.backend,
         suffix=suffix,
-        suffixes=tuple(info.suffixes) or (suffix,),
+        suffixes=suffixes,
         brief_md=folder / BRIEF_MD,
         brief_json=folder / BRIEF_JSON,
         generator=generator,
+        candidates_file=candidates_path(folder),
+        resume_command=resume_command(run_dir),
+        branches_dir=BRANCHES_DIR,
+        ablations_dir=ABLATIONS_DIR,
+        kernel_file=kernel_file(suffix),
+        candidates_loader=functools.partial(
+            load_candidates,
+            folder,
+            iteration=iteration,
+            methods=methods,
+            backend_suffixes=suffixes,
+            branches_expected=state.branches,
+        ),
         options=dict(options or {}),
     )
 

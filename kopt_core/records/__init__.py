@@ -17,6 +17,7 @@ from kopt_core.records.bench import (
 )
 from kopt_core.records.build import Artifact, KernelResources, Toolchain
 from kopt_core.records.converter import from_data, make_converter, to_data
+from kopt_core.records.generate import GenerationContext, GenerationResult, GeneratorInfo
 from kopt_core.records.kernel import BufferSpec, Candidate, KernelInterface, Param
 from kopt_core.records.loop import (
     AblationSpec,
@@ -92,6 +93,9 @@ __all__ = [
     "DeviceInfo",
     "EXPLORE_SCHEMA_VERSION",
     "ExploreRecord",
+    "GenerationContext",
+    "GenerationResult",
+    "GeneratorInfo",
     "KernelInterface",
     "KernelProfile",
     "KernelResources",

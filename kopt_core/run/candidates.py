@@ -22,10 +22,8 @@ from kopt_core.jsonio import write_json
 from kopt_core.records.converter import to_data
 from kopt_core.records.loop import CANDIDATES_FILE, Candidates
 from kopt_core.records.versions import SELECTION_KIND, read_document
-from kopt_core.run.layout import iteration_number
+from kopt_core.run.layout import ABLATIONS_DIR, BRANCHES_DIR, iteration_number
 
-BRANCHES_DIR = "branches"
-ABLATIONS_DIR = "ablations"
 HINT = (
     "the generator writes candidates.json beside the kernels (docs/loop.md, 'candidates.json'): fix the "
     "named entries or files and run the step again"

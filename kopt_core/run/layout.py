@@ -13,6 +13,14 @@ from pathlib import Path
 RUN_PREFIX = "run_"
 BASELINE_DIR = "baseline"
 
+# An iteration's candidates: branches/b{n}/kernel<suffix> and ablations/<method>/kernel<suffix>, each kernel
+# in its own folder (where its bench.json and paired.json go), named in candidates.json.
+BRANCHES_DIR = "branches"
+ABLATIONS_DIR = "ablations"
+KERNEL_STEM = "kernel"  # a candidate's file, and the champion's in iterv{i}/, is kernel<suffix>
+BRIEF_MD = "brief.md"  # what a generator reads (and brief.json the same as data)
+BRIEF_JSON = "brief.json"
+
 
 def new_run_dir(baseline: str | os.PathLike, now: datetime | None = None) -> Path:
     """Create ``<baseline's folder>/run_YYYYMMDD_HHMMSS/`` (``_2``, ``_3``, ... when that second's name is
@@ -80,3 +88,8 @@ def publish(staging: str | os.PathLike, final: str | os.PathLike) -> Path:
         raise FileExistsError(f"{final} already exists; a published iteration is never replaced")
     os.rename(staging, final)  # an existing non-empty final would also make rename fail (ENOTEMPTY)
     return final
+
+
+def kernel_file(suffix: str) -> str:
+    """What a candidate's kernel (and an iteration's champion) is called: ``kernel<suffix>``."""
+    return f"{KERNEL_STEM}{suffix}"

@@ -28,6 +28,7 @@ from attrs import field, frozen
 
 from kopt_core import progress
 from kopt_core.errors import ConfigError, HardwareError, ValidationError
+from kopt_core.generate.base import GeneratorRegistry
 from kopt_core.jsonio import write_json
 from kopt_core.records import from_data, to_data
 from kopt_core.records.state import SANITIZER_TIMEOUT_S, Env
@@ -38,7 +39,6 @@ from kopt_core.run.store import RunStore
 
 OPTIMIZE_FILE = "optimize.json"
 AWAITING = "awaiting_candidates"
-SEARCH_GENERATOR = "search"
 
 
 @frozen
@@ -73,7 +73,7 @@ def _default_gate(pm, backend: str, out: Path) -> Env:
 def _default_select(pm, store: RunStore, iteration: int, generator: str) -> Path:
     from kopt_core.run.iteration import select_in_run
 
-    if generator == SEARCH_GENERATOR:
+    if not selects_methods(pm, generator):
         return select_for_search(pm, store, iteration)
     path = iteration_dir(store.run_dir, iteration) / "methods.json"
     # selected already (by the scan, or by an agent with `kopt select --methods` before resuming): kept
@@ -150,6 +150,14 @@ class LoopSteps:
     sass: Callable[..., Any] = _default_sass
     update: Callable[..., Any] = _default_update
     summarize: Callable[..., Any] = _default_summarize
+
+
+def selects_methods(pm, generator: str) -> bool:
+    """Whether the iterations of ``generator`` select methods (its ``GeneratorInfo.selects_methods``). A
+    name no installed plugin registers, or more than one does, selects them: generating then says what
+    is wrong with the name."""
+    info = GeneratorRegistry.from_plugins(pm).generators.get(generator)
+    return info is None or info.selects_methods
 
 
 def select_for_search(pm, store: RunStore, iteration: int) -> Path:

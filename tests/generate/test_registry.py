@@ -10,14 +10,9 @@ import kopt_core.generate.agent
 import kopt_core.generate.command
 from kopt_core import hookimpl
 from kopt_core.errors import ConfigError
-from kopt_core.generate import (
-    GenerationResult,
-    GeneratorInfo,
-    GeneratorRegistry,
-    generate_in_run,
-    generator_for,
-)
+from kopt_core.generate import GeneratorRegistry, generate_in_run, generator_for
 from kopt_core.plugins import describe_plugins, get_plugin_manager
+from kopt_core.records.generate import GenerationResult, GeneratorInfo
 
 
 def test_the_built_in_generators_are_found_through_entry_points(monkeypatch):
