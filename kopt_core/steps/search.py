@@ -52,6 +52,7 @@ from kopt_core.errors import ConfigError, HardwareError
 from kopt_core.hardware import detect_gpus
 from kopt_core.jsonio import write_json
 from kopt_core.records import BenchOptions, BenchRequest, Candidate, Toolchain, to_data
+from kopt_core.records.bench import LOOP_OPTIONS
 from kopt_core.records.search import (
     Config,
     SamplerName,
@@ -343,15 +344,14 @@ def search_kernel(
     """Search ``kernel``'s declared space (or ``space``) for the fastest configuration that passes every
     check against ``ref`` at ``dims``; see the module docstring. ``trials`` is the study's budget in
     total, across resumes; ``time_budget_s`` this call's. ``options`` defaults to the loop's
-    (``kopt_core.run.seed.LOOP_OPTIONS``), ``executor`` to the process's shared worker
+    (``kopt_core.records.bench.LOOP_OPTIONS``), ``executor`` to the process's shared worker
     (``shared_executor``: one for the whole study and the steps after it).
     ``compile_jobs`` (``auto`` or N, as ``kopt explore --compile-jobs``) sizes the batches: that many
     proposals are built at once in the compile pool, then timed one by one.
     Raises ConfigError (exit 4) for a kernel without a space or a bad kernel, reference, dims or budget,
     HardwareError (exit 3) when the backend's tool or the GPU it needs is missing, after the static
     checks."""
-    from kopt_core.records.bench import LOOP_OPTIONS
-    from kopt_core.search.study import run_study, write_results
+    from kopt_core.search.study import run_study, write_results  # Optuna: imported by a search only
 
     kernel = Path(kernel)
     dims = dict(dims)
