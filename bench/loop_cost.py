@@ -72,8 +72,7 @@ from kopt_core.jsonio import write_json
 from kopt_core.plugins import PluginManager, get_plugin_manager
 from kopt_core.records import BenchRequest, BenchResult, Candidate, Toolchain, to_data
 from kopt_core.records.bench import LOOP_OPTIONS
-from kopt_core.records.loop import ATTRIBUTION_FILE, CANDIDATES_FILE, EXPLORE_FILE
-from kopt_core.run.layout import iteration_dir
+from kopt_core.run.layout import ATTRIBUTION_FILE, CANDIDATES_FILE, EXPLORE_FILE, iteration_dir
 from kopt_core.steps.bench import target_arch
 from kopt_core.steps.build_pool import BuildJob, BuildOutcome, build_all, plan_compile_jobs
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from kopt_core.cli import app, envelope, outputs, render
-from kopt_core.run.store import ENV_FILE
+from kopt_core.run.layout import ENV_FILE
 from kopt_core.steps.backends import DEFAULT_BACKEND
 from kopt_core.steps.gate import MAX_ATTEMPTS
 

@@ -34,9 +34,8 @@ def explore_cmd(state_path, iteration, as_json) -> int:
     """Check, build (in a bounded pool) and time (serially, one worker) the iteration's branches; the
     fastest that passes everything is the champion, promoted over the best only on a paired win.
     Every branch failing stops the run (exit 2)."""
-    from kopt_core.records.loop import EXPLORE_FILE, PROMOTION_FILE
     from kopt_core.run.explore import explore_iteration
-    from kopt_core.run.layout import iteration_dir
+    from kopt_core.run.layout import EXPLORE_FILE, PROMOTION_FILE, iteration_dir
 
     store = app.store(state_path)
     written = envelope.Written(store.run_dir)
@@ -55,9 +54,8 @@ def explore_cmd(state_path, iteration, as_json) -> int:
 def ablate_cmd(state_path, iteration, as_json) -> int:
     """Pair the champion against each ablation (the champion without one method): attribution(m) =
     ms_without_m - ms_champion with its interval; a missing or broken ablation is inconclusive."""
-    from kopt_core.records.loop import ATTRIBUTION_FILE
     from kopt_core.run.ablate import ablate_iteration
-    from kopt_core.run.layout import iteration_dir
+    from kopt_core.run.layout import ATTRIBUTION_FILE, iteration_dir
 
     store = app.store(state_path)
     written = envelope.Written(store.run_dir)

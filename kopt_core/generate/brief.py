@@ -29,21 +29,31 @@ from kopt_core.records.roofline import AXES, NcuTop, Roofline, TopMetric
 from kopt_core.records.state import HistoryEntry, State
 from kopt_core.records.versions import BRIEF_SCHEMA_VERSION, SELECTION_KIND, read_document
 from kopt_core.refdata import packaged_text
-from kopt_core.run.candidates import METHODS_FILE
-from kopt_core.run.layout import baseline_dir
+from kopt_core.run.layout import (
+    ANALYSIS_FILE,
+    BENCH_FILE,
+    BEST_INPUT,
+    METHODS_FILE,
+    NCU_TOP_FILE,
+    PROFILE_FILE,
+    ROOFLINE_FILE,
+    baseline_dir,
+    report_file,
+    sass_file,
+)
 
 # Below this headroom for every pick, brief.md suggests a hyperparameter-only iteration (--methods none).
 LOW_HEADROOM = 0.10
 CATALOG_FILE = "optimization_catalog.md"
 SOURCE_INLINE_CHARS = 60_000  # a longer best kernel is named, not copied into brief.md
 EVIDENCE_FILES = (
-    "roofline.json",
-    "ncu_top.json",
-    "profile.json",
+    ROOFLINE_FILE,
+    NCU_TOP_FILE,
+    PROFILE_FILE,
     METHODS_FILE,
-    "analysis.md",
-    "best_input.ncu-rep",
-    "best_input.sass",
+    ANALYSIS_FILE,
+    report_file(BEST_INPUT),
+    sass_file(BEST_INPUT),
 )
 # Example hyperparameters for the filled-in candidates.json: only the shape matters, the values are the
 # writer's to choose.
@@ -177,7 +187,7 @@ def _relative(path: str | Path, root: Path) -> str:
 
 def _contract(state: State) -> Contract | None:
     """From baseline/bench.json: the build's interface (the backend's preflight parse) and the buffers."""
-    bench_path = baseline_dir(state.run_dir) / "bench.json"
+    bench_path = baseline_dir(state.run_dir) / BENCH_FILE
     try:
         bench = read_bench_result(bench_path)
     except (OSError, ValueError):
@@ -364,8 +374,8 @@ def build_brief(context: GenerationContext) -> Brief:
     """The brief of ``context``'s iteration, read from the run folder (ConfigError when the iteration's
     evidence is missing or unreadable)."""
     folder = context.iteration_dir
-    roofline: Roofline = _read(folder / "roofline.json", Roofline, "roofline", "kopt iter open")
-    ncu_top: NcuTop = _read(folder / "ncu_top.json", NcuTop, "ncu_top", "kopt iter open")
+    roofline: Roofline = _read(folder / ROOFLINE_FILE, Roofline, "roofline", "kopt iter open")
+    ncu_top: NcuTop = _read(folder / NCU_TOP_FILE, NcuTop, "ncu_top", "kopt iter open")
     methods, chosen_by, why, numerics_mode = _methods(folder, context.methods)
     return Brief(
         iteration=context.iteration,

@@ -30,9 +30,9 @@ from kopt_core.errors import ConfigError
 from kopt_core.plugins import hookimpl
 from kopt_core.process import run_in_group
 from kopt_core.records.generate import GenerationContext, GenerationResult, GeneratorInfo
+from kopt_core.run.layout import GENERATOR_LOG
 
 NAME = "command"
-LOG_FILE = "generator.log"
 DEFAULT_TIMEOUT_S = 3600.0
 TAIL_LINES = 20
 OPTIONS = {
@@ -109,7 +109,7 @@ def log_tail(log: Path, lines: int = TAIL_LINES) -> str:
 def generate(context: GenerationContext) -> GenerationResult:
     argv = parse_command(context.options)
     timeout_s = parse_timeout(context.options)
-    log = context.iteration_dir / LOG_FILE
+    log = context.iteration_dir / GENERATOR_LOG
     before = _stamp(context.candidates_file)
     # The command may run for a long time and use the GPU itself (an agent timing its own drafts): the
     # process's idle bench worker would hold a CUDA context and device memory all along. Explore starts

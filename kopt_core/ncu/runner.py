@@ -21,6 +21,7 @@ from kopt_core.process import run_in_group
 from kopt_core.records import NcuAttempt, ProfileLaunch, ProfileOptions
 from kopt_core.tools import find_tool
 
+REPORT_SUFFIX = ".ncu-rep"  # ncu writes <name>.ncu-rep
 FULL_BELOW_MS = 10.0
 BUNDLE_ARGS = {"full": ("--set", "full"), "light": ("--set", "basic")}
 REPLAY_EXIT_CODE = 11  # ncu: the replay failed (commonly out of memory for saved state, or a timeout)
@@ -129,7 +130,7 @@ def profile(
     env = dict(os.environ, **launch.env)
     attempts: list[NcuAttempt] = []
     report_base = out_dir / name
-    report = report_base.with_suffix(".ncu-rep")
+    report = report_base.with_suffix(REPORT_SUFFIX)
     light_extras = True
     while True:
         report.unlink(missing_ok=True)

@@ -27,14 +27,6 @@ from kopt_core.records.versions import (
     read_document,
 )
 
-# What these documents are called in iterv{i}/ (docs/loop.md, "Output layout"). PROMOTION_FILE is the
-# paired comparison of the champion (B) with the best going into the iteration (A).
-CANDIDATES_FILE = "candidates.json"
-EXPLORE_FILE = "explore.json"
-PROMOTION_FILE = "paired.json"
-ATTRIBUTION_FILE = "attribution.json"
-SASS_CHECK_FILE = "sass_check.json"
-
 AttributionStatus = Literal["measured", "inconclusive"]
 # The vocabulary of kopt_core.sass.verify (SassVerdict.status, STATUSES): one set of SASS verdicts, whether
 # ``kopt sass`` checks a loose file or the run checks a champion. A test keeps the two equal. (A plain str

@@ -23,15 +23,10 @@ from kopt_core.errors import ConfigError, KoptError
 from kopt_core.jsonio import write_json
 from kopt_core.records import Candidate, to_data
 from kopt_core.records.bench import LOOP_OPTIONS
-from kopt_core.records.loop import (
-    ATTRIBUTION_FILE,
-    EXPLORE_FILE,
-    AttributionRecord,
-    MethodAttribution,
-    read_attribution,
-)
+from kopt_core.records.loop import AttributionRecord, MethodAttribution, read_attribution
 from kopt_core.records.paired import AblationEffect
 from kopt_core.reference import load_reference
+from kopt_core.run.layout import ATTRIBUTION_FILE, EXPLORE_FILE, PAIRED_FILE, kernel_file
 from kopt_core.run.prepare import (
     ExecutorFactory,
     check_and_build,
@@ -103,7 +98,7 @@ def _ablate(pm, state, folder: Path, iteration: int, executor, plan: PairedPlan)
 
     champion_ms = None
     if built:
-        champion_file = folder / f"kernel{Path(state.best_file).suffix}"
+        champion_file = folder / kernel_file(Path(state.best_file).suffix)
         champion = prepare_in_run(pm, state, "ablate it", kernel=champion_file)
         a = champion.request(LOOP_OPTIONS)
         with executor() as runner:
@@ -113,7 +108,7 @@ def _ablate(pm, state, folder: Path, iteration: int, executor, plan: PairedPlan)
                 b = attrs.evolve(a, artifact=built[method])
                 with progress.step(f"pairing the champion with its ablation without {method}"):
                     measurement = runner.paired(a, b, plan)
-                write_json(folder / Path(specs[method].file).parent / "paired.json", to_data(measurement))
+                write_json(folder / Path(specs[method].file).parent / PAIRED_FILE, to_data(measurement))
                 if measurement.status != "ok":
                     side = "the champion" if measurement.failed_side == "a" else "the ablation"
                     answers[method] = inconclusive(
@@ -132,7 +127,7 @@ def _ablate(pm, state, folder: Path, iteration: int, executor, plan: PairedPlan)
                 answers[method] = measured(method, effect, ms_champion=a_ms, ms_without=b_ms)
     return AttributionRecord(
         iteration=iteration,
-        champion=str(folder / f"kernel{Path(state.best_file).suffix}"),
+        champion=str(folder / kernel_file(Path(state.best_file).suffix)),
         threshold=threshold,
         methods=tuple(answers[m] for m in methods),
         champion_ms=champion_ms,

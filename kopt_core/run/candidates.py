@@ -20,17 +20,20 @@ from pathlib import Path, PurePosixPath
 from kopt_core.errors import ConfigError
 from kopt_core.jsonio import write_json
 from kopt_core.records.converter import to_data
-from kopt_core.records.loop import CANDIDATES_FILE, Candidates
+from kopt_core.records.loop import Candidates
 from kopt_core.records.versions import SELECTION_KIND, read_document
-from kopt_core.run.layout import ABLATIONS_DIR, BRANCHES_DIR, iteration_number
+from kopt_core.run.layout import (
+    ABLATIONS_DIR,
+    BRANCHES_DIR,
+    CANDIDATES_FILE,
+    METHODS_FILE,
+    iteration_number,
+)
 
 HINT = (
     "the generator writes candidates.json beside the kernels (docs/loop.md, 'candidates.json'): fix the "
     "named entries or files and run the step again"
 )
-
-
-METHODS_FILE = "methods.json"
 
 
 def iteration_methods(iteration_dir: str | os.PathLike[str]) -> tuple[str, ...]:

@@ -31,10 +31,11 @@ from kopt_core.errors import ConfigError, HardwareError, KoptError, ValidationEr
 from kopt_core.jsonio import write_json
 from kopt_core.records import BenchOptions, BenchRequest, BenchResult, Candidate, to_data
 from kopt_core.records.bench import LOOP_OPTIONS
-from kopt_core.records.loop import EXPLORE_FILE, PROMOTION_FILE, BranchOutcome, ExploreRecord, read_explore
+from kopt_core.records.loop import BranchOutcome, ExploreRecord, read_explore
 from kopt_core.records.paired import PairedComparison
 from kopt_core.records.state import State
 from kopt_core.reference import load_reference
+from kopt_core.run.layout import BENCH_FILE, EXPLORE_FILE, PROMOTION_FILE, kernel_file
 from kopt_core.run.prepare import (
     ExecutorFactory,
     check_and_build,
@@ -169,7 +170,7 @@ def _explore(
             one = time.perf_counter()
             with progress.step(f"checking and timing {spec.id} ({len(artifacts)} built)"):
                 result = runner.bench(request)
-            bench_path = folder / Path(spec.file).parent / "bench.json"
+            bench_path = folder / Path(spec.file).parent / BENCH_FILE
             write_json(bench_path, to_data(result))
             outcomes[spec.id].update(_bench_fields(result, folder, bench_path))
             outcomes[spec.id]["bench_seconds"] = round(time.perf_counter() - one, 3)
@@ -320,7 +321,7 @@ def _install_champion(folder: Path, record: ExploreRecord, state: State) -> Path
     """Copy the champion's kernel to ``iterv{i}/kernel.<ext>`` (a temporary file renamed into place)."""
     branch = next(b for b in record.branches if b.id == record.champion)
     source = folder / branch.file
-    target = folder / f"kernel{Path(state.best_file).suffix}"
+    target = folder / kernel_file(Path(state.best_file).suffix)
     fd, temporary = tempfile.mkstemp(prefix=".kernel-", dir=folder)
     os.close(fd)
     shutil.copyfile(source, temporary)
@@ -336,7 +337,7 @@ def promote(pm, state: State, folder: Path, executor, plan: PairedPlan) -> Paire
             "the run has no measured noise threshold (state.json noise_threshold): seed it with this kopt",
             hint="runs seeded by an older kopt must be seeded again",
         )
-    champion = folder / f"kernel{Path(state.best_file).suffix}"
+    champion = folder / kernel_file(Path(state.best_file).suffix)
     best = prepare_in_run(pm, state, "compare it with the champion")
     challenger = prepare_in_run(pm, state, "compare it with the best", kernel=champion)
     a, b = best.request(LOOP_OPTIONS), challenger.request(LOOP_OPTIONS)

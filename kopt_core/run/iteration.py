@@ -13,7 +13,20 @@ from kopt_core.hardware import detect_gpus
 from kopt_core.ncu.runner import find_ncu
 from kopt_core.records import read_bench_result, read_profile_summary
 from kopt_core.records.state import RooflineHistoryEntry, State
-from kopt_core.run.layout import baseline_dir, iteration_dir, publish, staging_dir
+from kopt_core.run.layout import (
+    BENCH_FILE,
+    BEST_INPUT,
+    CHAMPION,
+    CHAMPION_PREFIX,
+    NCU_TOP_FILE,
+    PROFILE_FILE,
+    ROOFLINE_FILE,
+    baseline_dir,
+    iteration_dir,
+    kernel_file,
+    publish,
+    staging_dir,
+)
 from kopt_core.run.prepare import prepare_in_run, profile_options, profile_problem
 from kopt_core.run.recorded import recorded_bench
 from kopt_core.run.stop import stop_on_failure
@@ -34,7 +47,7 @@ def recheck_hardware() -> None:
 def _first_bundle(state: State) -> str | None:
     """The metric bundle of the run's first profile: every later profile uses the same one, so that
     baseline and champion numbers stay comparable."""
-    summary = baseline_dir(state.run_dir) / "profile.json"
+    summary = baseline_dir(state.run_dir) / PROFILE_FILE
     return read_profile_summary(summary).bundle if summary.is_file() else None
 
 
@@ -55,7 +68,7 @@ def _ineffective(state: State) -> dict[str, str | None]:
 
 def _input_dtypes(state: State) -> tuple[str, ...]:
     """The dtypes of the baseline's input buffers (baseline/bench.json)."""
-    bench = baseline_dir(state.run_dir) / "bench.json"
+    bench = baseline_dir(state.run_dir) / BENCH_FILE
     if not bench.is_file():
         return ()
     return tuple(b.dtype for b in read_bench_result(bench).buffers if b.role != "output")
@@ -85,7 +98,7 @@ def open_iteration(pm, store: RunStore, iteration: int) -> Path:
                 pm,
                 prepared,
                 staging,
-                name="best_input",
+                name=BEST_INPUT,
                 options=profile_options(state, _first_bundle(state)),
                 bench=recorded_bench(state, prepared),
             )
@@ -109,8 +122,8 @@ def profile_in_run(pm, store: RunStore, iteration: int, which: str) -> Path:
     input of iteration I) or iteration I's champion (``iterv{I}/kernel.<ext>``) into ``iterv{I}/``, with
     the run's first metric bundle; the champion's JSON files are ``kernel_ncu_top.json``,
     ``kernel_roofline.json`` and ``kernel_profile.json``. Returns the report's path."""
-    if which not in ("best_input", "kernel"):
-        raise ConfigError(f"--which must be best_input or kernel, not {which!r}")
+    if which not in (BEST_INPUT, CHAMPION):
+        raise ConfigError(f"--which must be {BEST_INPUT} or {CHAMPION}, not {which!r}")
     with store.locked(f"profile_{which}"):
         state = store.load()
         folder = iteration_dir(state.run_dir, iteration)
@@ -118,11 +131,11 @@ def profile_in_run(pm, store: RunStore, iteration: int, which: str) -> Path:
             raise ConfigError(
                 f"{folder} does not exist: open the iteration first (kopt iter open --iter {iteration})"
             )
-        if which == "best_input":
+        if which == BEST_INPUT:
             kernel = Path(state.best_file)
         else:
             # The champion, in the baseline's language.
-            kernel = folder / f"kernel{Path(state.best_file).suffix}"
+            kernel = folder / kernel_file(Path(state.best_file).suffix)
             if not kernel.is_file():
                 raise ConfigError(f"{folder} has no champion {kernel.name} yet: explore the branches first")
         try:
@@ -134,7 +147,7 @@ def profile_in_run(pm, store: RunStore, iteration: int, which: str) -> Path:
                 name=which,
                 options=profile_options(state, _first_bundle(state)),
                 bench=recorded_bench(state, prepared),
-                prefix="" if which == "best_input" else f"{which}_",
+                prefix="" if which == BEST_INPUT else CHAMPION_PREFIX,
             )
         except KoptError as error:
             stop_on_failure(store, f"profile_{which}", error, iteration=iteration)
@@ -177,7 +190,7 @@ def select_in_run(
         folder = iteration_dir(state.run_dir, iteration)
         if not folder.is_dir():
             raise ConfigError(f"{folder} does not exist: open the iteration first (kopt iter open)")
-        roofline, ncu_top = read_evidence(folder / "roofline.json", folder / "ncu_top.json")
+        roofline, ncu_top = read_evidence(folder / ROOFLINE_FILE, folder / NCU_TOP_FILE)
         arch = arch_for_capability(_capability(state))
         facts, notes = read_kernel_facts(folder)
         selection = select_from_evidence(

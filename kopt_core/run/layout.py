@@ -1,5 +1,10 @@
 """Where things live in a run folder (docs/loop.md, "Output layout"), and how an iteration is published.
 
+Every file and folder name of a run folder is here, and the modules of ``kopt_core.run`` and
+``kopt_core.generate`` take them from here. The names a standalone step writes into its own output folder
+and a run reuses (a profile's ncu_top.json, roofline.json, profile.json; the selection's methods.json and
+analysis.md) are defined once by that step and named here under the same constant.
+
 An iteration is built in ``.staging_iterv{i}`` and becomes ``iterv{i}`` by one rename, only after its
 pre-generation gates passed: a reader never sees half an iteration.
 """
@@ -10,16 +15,113 @@ import os
 from datetime import datetime
 from pathlib import Path
 
+from kopt_core.ncu.runner import REPORT_SUFFIX
+from kopt_core.steps.profile import (
+    NCU_TOP_FILE,
+    PROFILE_FILE,
+    ROOFLINE_CHART,
+    ROOFLINE_FILE,
+    SASS_SUFFIX,
+)
+from kopt_core.steps.select import ANALYSIS_FILE, METHODS_FILE
+
 RUN_PREFIX = "run_"
+
+# The run folder: what kopt keeps of the run, and the summary rendered from it (with its two charts).
+STATE_FILE = "state.json"
+STOP_FILE = "stop.json"
+ENV_FILE = "env.json"  # the gate's env.json, copied
+LOCK_FILE = ".kopt.lock"
+OPTIMIZE_FILE = "optimize.json"  # how `kopt optimize` was started
+SUMMARY_FILE = "summary.md"
+SUMMARY_ROOFLINE_CHART = ROOFLINE_CHART  # the baseline and the champions on the roofline
+SPEEDUP_CHART = "speedup.png"
+
+# baseline/: the copied baseline, its bench.json, its profile (BASELINE_PROFILE.ncu-rep, ..., the files of
+# a profile below) and the A/A pairing that measured the run's noise.
 BASELINE_DIR = "baseline"
+BASELINE_PROFILE = "baseline"
+NOISE_FILE = "noise_aa.json"
+
+# A kernel's check and timing (baseline/, and beside every branch and ablation), and the paired comparison
+# (an iteration's promotion; an ablation against the champion).
+BENCH_FILE = "bench.json"
+PAIRED_FILE = "paired.json"
+
+# A profile's files (kopt_core.steps.profile): ``<name>.ncu-rep`` and ``<name>.sass``, and NCU_TOP_FILE,
+# ROOFLINE_FILE and PROFILE_FILE after a prefix. In iterv{i}/ the best going in is profiled as BEST_INPUT
+# (no prefix: the evidence the iteration's methods are selected on), the champion as CHAMPION (its JSON
+# files prefixed ``kernel_``).
+BEST_INPUT = "best_input"
+CHAMPION = "kernel"
+CHAMPION_PREFIX = f"{CHAMPION}_"
+CHAMPION_REPORT = f"{CHAMPION}{REPORT_SUFFIX}"  # `kopt profile --which kernel` writes it
+
+# iterv{i}/: the selection (METHODS_FILE, ANALYSIS_FILE), the brief, the candidates, what explore, ablate
+# and the SASS check found. PROMOTION_FILE is the paired comparison of the champion (B) with the best going
+# into the iteration (A).
+BRIEF_MD = "brief.md"  # what a generator reads (and brief.json the same as data)
+BRIEF_JSON = "brief.json"
+GENERATOR_LOG = "generator.log"  # the command generator's stdout and stderr
+CANDIDATES_FILE = "candidates.json"
+EXPLORE_FILE = "explore.json"
+PROMOTION_FILE = PAIRED_FILE
+ATTRIBUTION_FILE = "attribution.json"
+SASS_CHECK_FILE = "sass_check.json"
 
 # An iteration's candidates: branches/b{n}/kernel<suffix> and ablations/<method>/kernel<suffix>, each kernel
 # in its own folder (where its bench.json and paired.json go), named in candidates.json.
 BRANCHES_DIR = "branches"
 ABLATIONS_DIR = "ablations"
 KERNEL_STEM = "kernel"  # a candidate's file, and the champion's in iterv{i}/, is kernel<suffix>
-BRIEF_MD = "brief.md"  # what a generator reads (and brief.json the same as data)
-BRIEF_JSON = "brief.json"
+
+__all__ = [
+    "ABLATIONS_DIR",
+    "ANALYSIS_FILE",
+    "ATTRIBUTION_FILE",
+    "BASELINE_DIR",
+    "BASELINE_PROFILE",
+    "BENCH_FILE",
+    "BEST_INPUT",
+    "BRANCHES_DIR",
+    "BRIEF_JSON",
+    "BRIEF_MD",
+    "CANDIDATES_FILE",
+    "CHAMPION",
+    "CHAMPION_PREFIX",
+    "CHAMPION_REPORT",
+    "ENV_FILE",
+    "EXPLORE_FILE",
+    "GENERATOR_LOG",
+    "KERNEL_STEM",
+    "LOCK_FILE",
+    "METHODS_FILE",
+    "NCU_TOP_FILE",
+    "NOISE_FILE",
+    "OPTIMIZE_FILE",
+    "PAIRED_FILE",
+    "PROFILE_FILE",
+    "PROMOTION_FILE",
+    "ROOFLINE_FILE",
+    "RUN_PREFIX",
+    "SASS_CHECK_FILE",
+    "SPEEDUP_CHART",
+    "STATE_FILE",
+    "STOP_FILE",
+    "SUMMARY_FILE",
+    "SUMMARY_ROOFLINE_CHART",
+    "baseline_dir",
+    "iteration_dir",
+    "iteration_dirs",
+    "iteration_number",
+    "kernel_file",
+    "new_run_dir",
+    "publish",
+    "report_file",
+    "sass_file",
+    "staging_dir",
+    "staging_dirs",
+]
 
 
 def new_run_dir(baseline: str | os.PathLike, now: datetime | None = None) -> Path:
@@ -93,3 +195,13 @@ def publish(staging: str | os.PathLike, final: str | os.PathLike) -> Path:
 def kernel_file(suffix: str) -> str:
     """What a candidate's kernel (and an iteration's champion) is called: ``kernel<suffix>``."""
     return f"{KERNEL_STEM}{suffix}"
+
+
+def report_file(name: str) -> str:
+    """The ncu report of the profile named ``name`` (``best_input.ncu-rep``, ``kernel.ncu-rep``)."""
+    return f"{name}{REPORT_SUFFIX}"
+
+
+def sass_file(name: str) -> str:
+    """The SASS listing kept beside the profile named ``name``."""
+    return f"{name}{SASS_SUFFIX}"

@@ -33,11 +33,20 @@ from kopt_core.jsonio import write_json
 from kopt_core.records import from_data, to_data
 from kopt_core.records.state import SANITIZER_TIMEOUT_S, Env
 from kopt_core.records.versions import OPTIMIZE_SCHEMA_VERSION
-from kopt_core.run.layout import iteration_dir
+from kopt_core.run.layout import (
+    BENCH_FILE,
+    BRIEF_MD,
+    CHAMPION,
+    CHAMPION_REPORT,
+    ENV_FILE,
+    METHODS_FILE,
+    OPTIMIZE_FILE,
+    baseline_dir,
+    iteration_dir,
+)
 from kopt_core.run.stop import stop_on_failure
 from kopt_core.run.store import RunStore
 
-OPTIMIZE_FILE = "optimize.json"
 AWAITING = "awaiting_candidates"
 
 
@@ -75,7 +84,7 @@ def _default_select(pm, store: RunStore, iteration: int, generator: str) -> Path
 
     if not selects_methods(pm, generator):
         return select_for_search(pm, store, iteration)
-    path = iteration_dir(store.run_dir, iteration) / "methods.json"
+    path = iteration_dir(store.run_dir, iteration) / METHODS_FILE
     # selected already (by the scan, or by an agent with `kopt select --methods` before resuming): kept
     return path if path.is_file() else select_in_run(pm, store, iteration)
 
@@ -83,8 +92,8 @@ def _default_select(pm, store: RunStore, iteration: int, generator: str) -> Path
 def _default_profile(pm, store: RunStore, iteration: int) -> Path:
     from kopt_core.run.iteration import profile_in_run
 
-    report = iteration_dir(store.run_dir, iteration) / "kernel.ncu-rep"
-    return report if report.is_file() else profile_in_run(pm, store, iteration, "kernel")
+    report = iteration_dir(store.run_dir, iteration) / CHAMPION_REPORT
+    return report if report.is_file() else profile_in_run(pm, store, iteration, CHAMPION)
 
 
 def _default_seed(pm, store: RunStore):
@@ -165,7 +174,7 @@ def select_for_search(pm, store: RunStore, iteration: int) -> Path:
     tunables and implements nothing new), with the scan's own picks beside it as advice not taken."""
     from kopt_core.run.iteration import select_in_run
 
-    path = iteration_dir(store.run_dir, iteration) / "methods.json"
+    path = iteration_dir(store.run_dir, iteration) / METHODS_FILE
     return path if path.is_file() else select_in_run(pm, store, iteration, for_search=True)
 
 
@@ -202,7 +211,7 @@ def start_run(
     with progress.step("checking the baseline, the reference and the dims; building the baseline"):
         preflight_kernel(pm, baseline, ref, dims, backend=backend, arch=arch, on_warning=on_warning)
     with tempfile.TemporaryDirectory(prefix="kopt-gate-") as scratch:
-        env_path = Path(scratch) / "env.json"
+        env_path = Path(scratch) / ENV_FILE
         with progress.step("the hardware gate"):
             env = steps.gate(pm, backend, env_path)
         if not env.generation_allowed:
@@ -297,7 +306,7 @@ def run_loop(pm, store: RunStore, *, steps: LoopSteps) -> OptimizeOutcome:
         if result.status == "awaiting":
             store.update(run_status=AWAITING)
             steps.summarize(pm, store)
-            return _outcome(store, AWAITING, result.message, brief=str(folder / "brief.md"))
+            return _outcome(store, AWAITING, result.message, brief=str(folder / BRIEF_MD))
         if result.status == "failed":
             stop_on_failure(
                 store,
@@ -333,11 +342,10 @@ def _near_peak(store: RunStore) -> bool:
 
 def _outcome(store: RunStore, status: str, message: str, brief: str | None = None) -> OptimizeOutcome:
     from kopt_core.jsonio import read_json
-    from kopt_core.run.layout import baseline_dir
 
     state = store.load()
     baseline_ms = None
-    bench = baseline_dir(store.run_dir) / "bench.json"
+    bench = baseline_dir(store.run_dir) / BENCH_FILE
     if bench.is_file():
         timing = (read_json(bench) or {}).get("kernel_timing") or {}
         baseline_ms = timing.get("median_ms")
@@ -355,7 +363,6 @@ def _outcome(store: RunStore, status: str, message: str, brief: str | None = Non
 
 __all__ = [
     "AWAITING",
-    "OPTIMIZE_FILE",
     "LoopSteps",
     "OptimizeOutcome",
     "OptimizePlan",

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from kopt_core.errors import KoptError
 from kopt_core.records import BenchResult, read_bench_result
-from kopt_core.records.loop import EXPLORE_FILE, read_explore
+from kopt_core.records.loop import read_explore
 from kopt_core.records.state import State
-from kopt_core.run.layout import baseline_dir, iteration_dir
+from kopt_core.run.layout import BENCH_FILE, EXPLORE_FILE, baseline_dir, iteration_dir
 
 
 def recorded_bench(state: State, prepared) -> BenchResult | None:
@@ -23,7 +23,7 @@ def recorded_bench(state: State, prepared) -> BenchResult | None:
     key = prepared.artifact.cache_key
     if not key:
         return None
-    paths = [baseline_dir(state.run_dir) / "bench.json"]
+    paths = [baseline_dir(state.run_dir) / BENCH_FILE]
     # the closed iterations and the open one: its champion is profiled after explore, before update closes it
     for iteration in range(1, state.closed_iterations + 2):
         folder = iteration_dir(state.run_dir, iteration)

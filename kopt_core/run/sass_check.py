@@ -18,13 +18,12 @@ from kopt_core.errors import ConfigError, KoptError
 from kopt_core.jsonio import write_json
 from kopt_core.records import to_data
 from kopt_core.records.loop import (
-    EXPLORE_FILE,
-    SASS_CHECK_FILE,
     MethodSassCheck,
     SassCheckRecord,
     read_sass_check,
 )
 from kopt_core.run.candidates import iteration_methods
+from kopt_core.run.layout import EXPLORE_FILE, SASS_CHECK_FILE, kernel_file
 from kopt_core.run.prepare import open_folder, prepare_in_run
 from kopt_core.run.stop import stop_on_failure
 from kopt_core.run.store import RunStore
@@ -52,7 +51,7 @@ def check_iteration_sass(pm, store: RunStore, iteration: int) -> SassCheckRecord
             return read_sass_check(path)
         if not (folder / EXPLORE_FILE).is_file():
             raise ConfigError(f"{folder} has no {EXPLORE_FILE}: explore the branches first (kopt explore)")
-        champion_file = folder / f"kernel{Path(state.best_file).suffix}"
+        champion_file = folder / kernel_file(Path(state.best_file).suffix)
         methods = iteration_methods(folder)
         try:
             champion = prepare_in_run(pm, state, "check its SASS", kernel=champion_file, require_gpu=False)

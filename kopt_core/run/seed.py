@@ -7,7 +7,6 @@ summary.md and leaves no ``iterv1/``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from kopt_core.errors import (
     EXIT_CONFIG,
@@ -21,18 +20,13 @@ from kopt_core.jsonio import write_json
 from kopt_core.records import BenchOptions, to_data
 from kopt_core.records.bench import LOOP_OPTIONS
 from kopt_core.records.state import RooflineHistoryEntry, State
-from kopt_core.run.layout import baseline_dir
+from kopt_core.run.layout import BASELINE_PROFILE, BENCH_FILE, NOISE_FILE, baseline_dir
 from kopt_core.run.prepare import prepare_in_run, profile_options, profile_problem
 from kopt_core.run.stop import clear_stop, stop_on_failure
 from kopt_core.run.store import RunStore
 from kopt_core.run.summary import render_summary
 from kopt_core.steps.bench import Prepared, exit_code, run_bench
 from kopt_core.steps.profile import profile_prepared
-
-NOISE_FILE = "noise_aa.json"
-
-if TYPE_CHECKING:
-    pass
 
 
 def measure_noise(prepared: Prepared, folder: Path, *, executor=None, plan=None) -> float:
@@ -84,7 +78,7 @@ def seed_baseline(
                 )
             prepared = prepare_in_run(pm, state, "seed the run")
             bench = run_bench(pm, prepared, options or BenchOptions())
-            write_json(folder / "bench.json", to_data(bench))
+            write_json(folder / BENCH_FILE, to_data(bench))
             code = exit_code(bench)
             if code != 0:
                 kind = {EXIT_CONFIG: ConfigError, EXIT_HARDWARE: HardwareError}.get(code, ValidationError)
@@ -97,7 +91,7 @@ def seed_baseline(
                 pm,
                 prepared,
                 folder,
-                name="baseline",
+                name=BASELINE_PROFILE,
                 options=profile_options(state),
                 bench=bench,
             )

@@ -32,12 +32,7 @@ from kopt_core.jsonio import dumps, write_json, write_text_atomic
 from kopt_core.records.converter import to_data
 from kopt_core.records.state import Env, State, StopRecord
 from kopt_core.records.versions import read_document
-
-STATE_FILE = "state.json"
-STOP_FILE = "stop.json"
-ENV_FILE = "env.json"
-LOCK_FILE = ".kopt.lock"
-SUMMARY_FILE = "summary.md"
+from kopt_core.run.layout import ENV_FILE, LOCK_FILE, STATE_FILE, STOP_FILE, SUMMARY_FILE
 
 GATE_HINT = "run `kopt gate --out env.json` first and pass its env.json with --env"
 GATE_AGAIN_HINT = "run `kopt gate --out env.json` again and pass the new env.json with --env"

@@ -8,13 +8,21 @@ from pathlib import Path
 from kopt_core.jsonio import write_text_atomic
 from kopt_core.records import read_bench_result
 from kopt_core.records.state import ceilings_of
-from kopt_core.run.layout import baseline_dir
+from kopt_core.run.layout import (
+    BENCH_FILE,
+    CHAMPION_PREFIX,
+    ROOFLINE_FILE,
+    SPEEDUP_CHART,
+    SUMMARY_ROOFLINE_CHART,
+    baseline_dir,
+    iteration_dir,
+)
 
 
 def baseline_ms(run_dir: str | Path) -> float | None:
     """The baseline's median kernel time from baseline/bench.json, or None before the baseline was seeded."""
     try:
-        timing = read_bench_result(baseline_dir(run_dir) / "bench.json").kernel_timing
+        timing = read_bench_result(baseline_dir(run_dir) / BENCH_FILE).kernel_timing
     except (OSError, ValueError):
         return None
     return timing.median_ms if timing is not None and math.isfinite(timing.median_ms) else None
@@ -124,10 +132,6 @@ def render_summary(store) -> Path:
     return write_text_atomic(store.summary_path, "\n".join(lines))
 
 
-ROOFLINE_CHART = "roofline.png"
-SPEEDUP_CHART = "speedup.png"
-
-
 def paired_chain(state, base: float | None) -> list[float | None]:
     """The champion's speedup over the baseline going into each iteration, and after the last (one more
     entry than the history): the product of the paired speedups of the promotions so far. Paired
@@ -179,15 +183,14 @@ def _roofline_points(state) -> list:
     from kopt_core.records import from_data
     from kopt_core.records.roofline import Roofline
     from kopt_core.roofline.plot import PointKind, RooflinePoint
-    from kopt_core.run.layout import iteration_dir
 
     sources: list[tuple[str, Path, PointKind]] = [
-        ("baseline", baseline_dir(state.run_dir) / "roofline.json", "baseline")
+        ("baseline", baseline_dir(state.run_dir) / ROOFLINE_FILE, "baseline")
     ]
     sources += [
         (
             f"iterv{h.iteration}",
-            iteration_dir(state.run_dir, h.iteration) / "kernel_roofline.json",
+            iteration_dir(state.run_dir, h.iteration) / f"{CHAMPION_PREFIX}{ROOFLINE_FILE}",
             "champion",
         )
         for h in state.history
@@ -211,8 +214,8 @@ def _charts(store, state, base: float | None) -> list[str]:
         try:
             from kopt_core.roofline.plot import roofline_chart
 
-            roofline_chart(ceilings_of(state), points, run_dir / ROOFLINE_CHART, title=_title(state))
-            lines += [f"![roofline: baseline and champions]({ROOFLINE_CHART})", ""]
+            roofline_chart(ceilings_of(state), points, run_dir / SUMMARY_ROOFLINE_CHART, title=_title(state))
+            lines += [f"![roofline: baseline and champions]({SUMMARY_ROOFLINE_CHART})", ""]
         except ValueError as exc:  # ceilings without a bandwidth: no roofline can be drawn
             lines += [f"No roofline chart: {exc}", ""]
     if state.history:

@@ -20,11 +20,6 @@ import attrs
 
 from kopt_core.errors import ConfigError
 from kopt_core.records.loop import (
-    ATTRIBUTION_FILE,
-    CANDIDATES_FILE,
-    EXPLORE_FILE,
-    PROMOTION_FILE,
-    SASS_CHECK_FILE,
     AttributionRecord,
     ExploreRecord,
     MethodAttribution,
@@ -34,6 +29,19 @@ from kopt_core.records.loop import (
 from kopt_core.records.paired import PairedComparison
 from kopt_core.records.state import HistoryEntry, State
 from kopt_core.records.versions import read_document
+from kopt_core.run.candidates import iteration_methods
+from kopt_core.run.layout import (
+    ATTRIBUTION_FILE,
+    CANDIDATES_FILE,
+    CHAMPION_REPORT,
+    EXPLORE_FILE,
+    METHODS_FILE,
+    PROMOTION_FILE,
+    SASS_CHECK_FILE,
+    iteration_dir,
+    kernel_file,
+)
+from kopt_core.run.summary import render_summary
 
 if TYPE_CHECKING:
     from kopt_core.run.store import RunStore
@@ -45,9 +53,6 @@ CLASSES: tuple[MethodClass, ...] = ("effective", "ineffective", "implementation_
 # without a SASS footprint (not_applicable) has none: like an inconclusive check or a tool error, it
 # neither confirms an effect nor shows that a null effect was the method's (docs/loop.md).
 CONCLUSIVE_SASS = ("pass", "fail")
-
-CHAMPION_REPORT = "kernel.ncu-rep"  # `kopt profile --which kernel` writes the champion's profile here
-
 
 # ------------------------------------------------------------------------------------------------- rules
 
@@ -287,10 +292,6 @@ def update_in_run(store: RunStore, iteration: int) -> State:
     attribution.json, sass_check.json, methods.json and the champion's profile), apply ``apply_update``
     and save state.json and summary.md. An iteration already in the history is left as it is: running
     the step again changes nothing. A missing document is a ConfigError naming the step that writes it."""
-    from kopt_core.run.candidates import METHODS_FILE, iteration_methods
-    from kopt_core.run.layout import iteration_dir
-    from kopt_core.run.summary import render_summary
-
     with store.locked("update"):
         state = store.load()
         if any(entry.iteration == iteration for entry in state.history):
@@ -324,7 +325,7 @@ def update_in_run(store: RunStore, iteration: int) -> State:
         champion_file = champion_report = None
         if explore.champion is not None:
             promotion = read(PROMOTION_FILE, f"kopt explore --iter {iteration}", "paired", PairedComparison)
-            champion = need(f"kernel{Path(state.best_file).suffix}", f"kopt explore --iter {iteration}")
+            champion = need(kernel_file(Path(state.best_file).suffix), f"kopt explore --iter {iteration}")
             report = need(CHAMPION_REPORT, f"kopt profile --iter {iteration} --which kernel")
             champion_file, champion_report = _run_relative(store, champion), _run_relative(store, report)
         attribution = read(

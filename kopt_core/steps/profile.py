@@ -52,6 +52,14 @@ from kopt_core.roofline.model import default_bytes_min, default_memory_floor
 from kopt_core.roofline.plot import plot_roofline
 from kopt_core.steps.bench import Prepared, prepare, run_bench
 
+# What a profile writes into its folder (the module docstring lists them): the JSON files and the chart
+# after a prefix (a run's champion profile takes ``kernel_``), the SASS listing as ``<name>.sass``.
+NCU_TOP_FILE = "ncu_top.json"
+ROOFLINE_FILE = "roofline.json"
+ROOFLINE_CHART = "roofline.png"
+PROFILE_FILE = "profile.json"
+SASS_SUFFIX = ".sass"
+
 # Before profiling, a short check and timing: no evidence is gathered on a kernel that fails, and the
 # median picks the metric bundle.
 QUICK = BenchOptions(seeds=(0, 1), budget_s=0.5, time_reference=False)
@@ -179,9 +187,9 @@ def analyse(
         peak_dtype=peak_dtype,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_json(out_dir / f"{prefix}ncu_top.json", to_data(ncu_top))
-    write_json(out_dir / f"{prefix}roofline.json", to_data(roofline))
-    plot_roofline(roofline, out_dir / f"{prefix}roofline.png")
+    write_json(out_dir / f"{prefix}{NCU_TOP_FILE}", to_data(ncu_top))
+    write_json(out_dir / f"{prefix}{ROOFLINE_FILE}", to_data(roofline))
+    plot_roofline(roofline, out_dir / f"{prefix}{ROOFLINE_CHART}")
     return ncu_top, roofline
 
 
@@ -264,7 +272,7 @@ def profile_prepared(
         prefix=prefix,
     )
     ncu_ms = _aggregate(report).duration_ms
-    sass = keep_disassembly(pm, prepared.artifact, out_dir / f"{name}.sass")
+    sass = keep_disassembly(pm, prepared.artifact, out_dir / f"{name}{SASS_SUFFIX}")
     buffers = buffers_moved(bench)
     summary = ProfileSummary(
         report=str(report_path),
@@ -284,7 +292,7 @@ def profile_prepared(
         buffers=buffers,
         workload=workload_used(model, buffers, ncu_ms, options.ceilings),
     )
-    write_json(out_dir / f"{prefix}profile.json", to_data(summary))
+    write_json(out_dir / f"{prefix}{PROFILE_FILE}", to_data(summary))
     return ProfileOutcome(out_dir=out_dir, report=report, ncu_top=ncu_top, roofline=roofline, summary=summary)
 
 
@@ -304,7 +312,7 @@ def import_profile(
 
     if not path.is_file():
         raise ConfigError(f"profile {path} does not exist")
-    if path.suffix == ".ncu-rep":
+    if path.suffix == runner.REPORT_SUFFIX:
         out_dir.mkdir(parents=True, exist_ok=True)
         report = _read_report(path, out_dir, path.stem)
     elif path.suffix == ".csv":  # a file the user gives: not a raw page is bad input (exit 4)
@@ -330,7 +338,7 @@ def import_profile(
         kernels=kernel_rows(report),
         ncu_duration_ms=_aggregate(report).duration_ms,
     )
-    write_json(out_dir / "profile.json", to_data(summary))
+    write_json(out_dir / PROFILE_FILE, to_data(summary))
     return ProfileOutcome(out_dir=out_dir, report=report, ncu_top=ncu_top, roofline=roofline, summary=summary)
 
 

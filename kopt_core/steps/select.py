@@ -31,8 +31,13 @@ from kopt_core.records import to_data
 from kopt_core.records.roofline import NcuTop, Roofline
 from kopt_core.records.versions import read_document
 from kopt_core.refdata import packaged_text
+from kopt_core.steps.profile import PROFILE_FILE
 
 R = TypeVar("R", Roofline, NcuTop)
+
+# What a selection writes into its folder (iterv{i}/ in a run): the selection and its explanation.
+METHODS_FILE = "methods.json"
+ANALYSIS_FILE = "analysis.md"
 
 
 # The dtype names a kernel's operands may have (torch's, and tf32 for matmul math).
@@ -243,9 +248,9 @@ def render_analysis(
 
 def write_selection(out_dir: str | Path, selection: Selection, analysis: str) -> Path:
     out = Path(out_dir)
-    write_json(out / "methods.json", to_data(selection))
-    write_text_atomic(out / "analysis.md", analysis)
-    return out / "methods.json"
+    write_json(out / METHODS_FILE, to_data(selection))
+    write_text_atomic(out / ANALYSIS_FILE, analysis)
+    return out / METHODS_FILE
 
 
 def read_kernel_facts(
@@ -260,7 +265,7 @@ def read_kernel_facts(
     summary = None
     kept_sass: Path | None = None
     if profile_dir is not None:
-        path = Path(profile_dir) / "profile.json"
+        path = Path(profile_dir) / PROFILE_FILE
         if not path.is_file():
             notes.append(f"no {path}: launches, buffers and workload model unknown")
         else:

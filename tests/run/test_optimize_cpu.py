@@ -27,8 +27,8 @@ import kopt_example_backend
 from kopt_core.errors import EXIT_INVALID_KERNEL, KoptError
 from kopt_core.records import BenchOptions, to_data
 from kopt_core.records.state import Env
-from kopt_core.run.layout import iteration_dir
-from kopt_core.run.optimize import OPTIMIZE_FILE, LoopSteps, resume_run, start_run
+from kopt_core.run.layout import OPTIMIZE_FILE, iteration_dir
+from kopt_core.run.optimize import LoopSteps, resume_run, start_run
 from kopt_core.run.prepare import prepare_in_run
 from kopt_core.run.seed import measure_noise
 from kopt_core.run.store import read_env

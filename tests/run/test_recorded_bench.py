@@ -13,8 +13,8 @@ import pytest
 from kopt_core.jsonio import write_json
 from kopt_core.records import Artifact, BenchResult
 from kopt_core.records.converter import to_data
-from kopt_core.records.loop import EXPLORE_FILE
 from kopt_core.records.state import HistoryEntry
+from kopt_core.run.layout import EXPLORE_FILE
 from kopt_core.run.recorded import recorded_bench
 
 from ..search.test_promotion import timing
