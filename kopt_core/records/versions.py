@@ -49,6 +49,10 @@ CANDIDATES_SCHEMA_VERSION = 1  # candidates.json
 EXPLORE_SCHEMA_VERSION = 1  # explore.json
 ATTRIBUTION_SCHEMA_VERSION = 1  # attribution.json
 SASS_CHECK_SCHEMA_VERSION = 1  # sass_check.json
+# a search (kopt search, the search generator)
+RESULTS_SCHEMA_VERSION = 1  # trials.json: the study's trials
+VARIANT_SCHEMA_VERSION = 1  # a variant's config.json
+BEST_SCHEMA_VERSION = 1  # best.json
 
 SELECTION_KIND = "methods"  # methods.json's document kind, for its migrations
 

@@ -88,11 +88,11 @@ from kopt_core.records.search import (
     TrialRecord,
     Value,
 )
+from kopt_core.records.versions import RESULTS_SCHEMA_VERSION
 from kopt_core.search.promotion import fastest_passing
 from kopt_core.search.variants import check_config, config_id
 
 Encoding = Literal["values", "indices"]
-RESULTS_SCHEMA_VERSION = 1
 MAX_IDLE_PROPOSALS = 5
 
 OWNER = "kopt_owner"

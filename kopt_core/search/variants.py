@@ -33,9 +33,9 @@ from attrs import frozen
 from kopt_core.errors import ConfigError
 from kopt_core.jsonio import write_json, write_text_atomic
 from kopt_core.records.search import Config, Space, Value
+from kopt_core.records.versions import VARIANT_SCHEMA_VERSION
 from kopt_core.search.space import CU_SUFFIXES, module_assignments, parse_cu_space, parse_py_space
 
-VARIANT_SCHEMA_VERSION = 1
 CONFIG_FILE = "config.json"
 # What _render_cu adds to a .cu file: a header, one #define per parameter, a #line.
 _VARIANT_HEADER = re.compile(r"^// kopt search: configuration [0-9a-f]{10}\r?\n?$")

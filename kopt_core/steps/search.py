@@ -61,6 +61,7 @@ from kopt_core.records.search import (
     TrialOutcome,
     TrialRecord,
 )
+from kopt_core.records.versions import BEST_SCHEMA_VERSION
 from kopt_core.search.promotion import first_error_line, judge
 from kopt_core.search.space import SPACE_HINT
 from kopt_core.search.variants import DeclaredSpace, config_id
@@ -74,7 +75,6 @@ if TYPE_CHECKING:
 SEARCH_DB = "search.db"
 TRIALS_DIR = "trials"
 BEST_FILE = "best.json"
-BEST_SCHEMA_VERSION = 1
 TOP = 5  # configurations listed in best.json and shown at the end
 DEFAULT_TRIALS = 24
 PRIOR_SEEDS_WITHOUT_TRIAL_BUDGET = 4  # seeds of a search bounded by time (or not at all)
