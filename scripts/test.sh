@@ -12,10 +12,12 @@ python3 -m venv .venv
 .venv/bin/python -m pip install -q triton==3.9.0 nvidia-cutlass==4.2.0.0
 .venv/bin/python -m pip install -q -e './kopt_core[test]' -e ./kopt_cuda -e ./kopt_triton -e ./kopt_cutlass \
   -e ./examples/kopt_example_backend
-# Habits before tests: lint, format and types (configured in pyproject.toml), then the suite.
+# Habits before tests: lint, format, types and the import contracts (all configured in pyproject.toml),
+# then the suite.
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+.venv/bin/lint-imports --no-cache
 .venv/bin/python -m pytest "$@"
 # Mutation testing (docs/testing.md, "CI policy"), on the full run only: the verdict modules whose source
 # or tests the last commit changed, within 20 minutes. Only a measured score below 90% fails (exit 1); a
