@@ -75,7 +75,7 @@ def kopt_register_generators(register: Callable[[GeneratorInfo], None]) -> None:
 
     Broadcast to every plugin; the return value is ignored. A generator writes an iteration's candidates
     (``iterv{i}/branches/b{n}/kernel.<ext>``, ``ablations/<method>/kernel.<ext>`` and candidates.json).
-    The core calls ``info.generate(context)`` with a ``kopt_core.generate.GenerationContext`` after it
+    The core calls ``info.generate(context)`` with a ``kopt_core.records.GenerationContext`` after it
     has written the iteration's brief, and validates whatever the generator says it wrote with the strict
     candidates.json loader. A name registered by two plugins is a clash: neither can be used until
     ``KOPT_PLUGINS`` leaves one out.

@@ -95,10 +95,11 @@ def store(state_path: str):
     """The run store of ``--state``: a run's state.json or its folder."""
     from pathlib import Path
 
+    from kopt_core.run.layout import STATE_FILE
     from kopt_core.run.store import RunStore
 
     path = Path(state_path)
-    return RunStore(path.parent if path.name == "state.json" else path)
+    return RunStore(path.parent if path.name == STATE_FILE else path)
 
 
 # ------------------------------------------------------------------------------------------- option types

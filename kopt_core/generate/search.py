@@ -32,12 +32,12 @@ from kopt_core.records.generate import GenerationContext, GenerationResult, Gene
 from kopt_core.records.loop import BranchSpec, Candidates
 from kopt_core.records.search import SAMPLERS, SamplerName
 from kopt_core.run.candidates import write_candidates
+from kopt_core.run.layout import SEARCH_DIR
 
 if TYPE_CHECKING:
     from kopt_core.plugins import PluginManager
 
 NAME = "search"
-SEARCH_DIR = "search"
 DEFAULT_TRIALS = 24
 OPTIONS = {
     "trials": f"configurations to evaluate in this iteration (default {DEFAULT_TRIALS})",

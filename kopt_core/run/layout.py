@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 from kopt_core.ncu.runner import REPORT_SUFFIX
+from kopt_core.steps.bench import BENCH_FILE
 from kopt_core.steps.profile import (
     NCU_TOP_FILE,
     PROFILE_FILE,
@@ -43,9 +44,8 @@ BASELINE_DIR = "baseline"
 BASELINE_PROFILE = "baseline"
 NOISE_FILE = "noise_aa.json"
 
-# A kernel's check and timing (baseline/, and beside every branch and ablation), and the paired comparison
-# (an iteration's promotion; an ablation against the champion).
-BENCH_FILE = "bench.json"
+# A kernel's check and timing (BENCH_FILE: baseline/, and beside every branch and ablation), and the paired
+# comparison (an iteration's promotion; an ablation against the champion).
 PAIRED_FILE = "paired.json"
 
 # A profile's files (kopt_core.steps.profile): ``<name>.ncu-rep`` and ``<name>.sass``, and NCU_TOP_FILE,
@@ -74,6 +74,7 @@ SASS_CHECK_FILE = "sass_check.json"
 BRANCHES_DIR = "branches"
 ABLATIONS_DIR = "ablations"
 KERNEL_STEM = "kernel"  # a candidate's file, and the champion's in iterv{i}/, is kernel<suffix>
+SEARCH_DIR = "search"  # iterv{i}/search/: the search generator's study, its trials and best.json
 
 __all__ = [
     "ABLATIONS_DIR",
@@ -105,6 +106,7 @@ __all__ = [
     "ROOFLINE_FILE",
     "RUN_PREFIX",
     "SASS_CHECK_FILE",
+    "SEARCH_DIR",
     "SPEEDUP_CHART",
     "STATE_FILE",
     "STOP_FILE",

@@ -7,8 +7,9 @@ toolchain and the build, then the GPU (a valid kernel on a machine without one i
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -24,7 +25,7 @@ from kopt_core.errors import (
     KoptError,
     ValidationError,
 )
-from kopt_core.hardware import DEFAULT_ARCH, arch_for_capability, detect_gpus
+from kopt_core.hardware import DEFAULT_ARCH, GpuInfo, arch_for_capability, detect_gpus
 from kopt_core.jsonio import write_json
 from kopt_core.records import (
     Artifact,
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 
 
 def check_candidate(
-    pm: PluginManager, candidate: Candidate, dims: dict, ref: ReferenceModule
+    pm: PluginManager, candidate: Candidate, dims: dict[str, Any], ref: ReferenceModule
 ) -> PreflightReport:
     """One candidate's static contract: its backend's ``kopt_preflight``, then the core's checks (dims,
     reference, buffers). Raises ConfigError with what the user must fix."""
@@ -73,7 +74,7 @@ class Prepared:
     reference_path: str
     candidate: Candidate
     artifact: Artifact
-    dims: dict
+    dims: dict[str, Any]
 
     def request(self, options: BenchOptions) -> BenchRequest:
         """What a worker needs to check and time this kernel with ``options``."""
@@ -83,13 +84,13 @@ class Prepared:
 
 
 def static_contract(
-    pm,
+    pm: PluginManager,
     kernel: str | Path,
     reference: str | Path,
-    dims: dict,
+    dims: dict[str, Any],
     *,
     backend: str | None = None,
-    on_warning=None,
+    on_warning: Callable[[str], None] | None = None,
     what: str = "kernel",
 ) -> tuple[BackendInfo, ReferenceModule, Candidate]:
     """The file exists, its backend is known, the reference loads, and the contract holds: no GPU, no
@@ -114,14 +115,14 @@ def static_contract(
 
 
 def prepare(
-    pm,
+    pm: PluginManager,
     kernel: str | Path,
     reference: str | Path,
-    dims: dict,
+    dims: dict[str, Any],
     *,
     backend: str | None = None,
     arch: str | None = None,
-    on_warning=None,
+    on_warning: Callable[[str], None] | None = None,
     purpose: str = "check and time it",
     require_gpu: bool = True,
 ) -> Prepared:
@@ -157,7 +158,7 @@ def prepare(
     )
 
 
-def target_arch(info: BackendInfo, gpus: list | None = None) -> str:
+def target_arch(info: BackendInfo, gpus: list[GpuInfo] | None = None) -> str:
     """The architecture to build for: the first GPU's, else kopt's default (a build without a GPU checks
     the contract for the H200)."""
     if gpus is None:
@@ -165,7 +166,16 @@ def target_arch(info: BackendInfo, gpus: list | None = None) -> str:
     return arch_for_capability(gpus[0].capability) if gpus else DEFAULT_ARCH
 
 
-def preflight_kernel(pm, kernel, reference, dims: dict, *, backend=None, arch=None, on_warning=None) -> str:
+def preflight_kernel(
+    pm: PluginManager,
+    kernel: str | Path,
+    reference: str | Path,
+    dims: dict[str, Any],
+    *,
+    backend: str | None = None,
+    arch: str | None = None,
+    on_warning: Callable[[str], None] | None = None,
+) -> str:
     """``kopt preflight``: the contract holds and the kernel builds. Returns what was checked, in words."""
     prepared = prepare(
         pm, kernel, reference, dims, backend=backend, arch=arch, on_warning=on_warning, require_gpu=False
@@ -177,22 +187,22 @@ def preflight_kernel(pm, kernel, reference, dims: dict, *, backend=None, arch=No
     )
 
 
-def run_bench(pm, prepared: Prepared, options: BenchOptions) -> BenchResult:
+def run_bench(pm: PluginManager, prepared: Prepared, options: BenchOptions) -> BenchResult:
     """Check and time a prepared kernel in a worker; add the workload's rates."""
     result = backend_hooks(pm, prepared.backend.name).bench(prepared.request(options))
     return attrs.evolve(result, workload=workload(prepared.reference, prepared.dims, result))
 
 
 def bench_kernel(
-    pm,
+    pm: PluginManager,
     kernel: str | Path,
     reference: str | Path,
-    dims: dict,
+    dims: dict[str, Any],
     *,
     backend: str | None = None,
     options: BenchOptions | None = None,
     arch: str | None = None,
-    on_warning=None,
+    on_warning: Callable[[str], None] | None = None,
     out: str | Path | None = None,
 ) -> BenchResult:
     """Preflight, build, check and time ``kernel`` against ``reference``; with ``out``, write bench.json
@@ -205,7 +215,7 @@ def bench_kernel(
     return result
 
 
-def workload(ref: ReferenceModule, dims: dict, result: BenchResult) -> Workload | None:
+def workload(ref: ReferenceModule, dims: dict[str, Any], result: BenchResult) -> Workload | None:
     """The rates the kernel's median reaches, when the reference has a workload_model."""
     model = ref.workload(dims)
     if model is None:
@@ -265,7 +275,13 @@ def failure_of(result: BenchResult) -> KoptError | None:
 
 
 def device_error_result(
-    pm, kernel, reference, backend: str | None, dims: dict, options: BenchOptions, exc: KoptError
+    pm: PluginManager,
+    kernel: str | Path,
+    reference: str | Path,
+    backend: str | None,
+    dims: dict[str, Any],
+    options: BenchOptions,
+    exc: KoptError,
 ) -> BenchResult:
     """bench.json for a bench that stopped before its worker: status error, stage device."""
     from datetime import datetime, timezone
@@ -292,15 +308,15 @@ def device_error_result(
 
 
 def bench_outcome(
-    pm,
+    pm: PluginManager,
     kernel: str | Path,
     reference: str | Path,
-    dims: dict,
+    dims: dict[str, Any],
     *,
     backend: str | None = None,
     options: BenchOptions | None = None,
     arch: str | None = None,
-    on_warning=None,
+    on_warning: Callable[[str], None] | None = None,
     out: str | Path | None = None,
 ) -> BenchOutcome:
     """``kopt bench``: ``bench_kernel`` and its exit code. A HardwareError before a worker ran (no GPU,
@@ -328,18 +344,22 @@ def bench_outcome(
     return BenchOutcome(result=result, failure=failure_of(result))
 
 
+# A kernel's check and timing, where kopt keeps one beside the kernel: a search's trials here, and in a run
+# beside the baseline, every branch and ablation (kopt_core.run.layout names it for the run).
+BENCH_FILE = "bench.json"
+
 PREFLIGHT_CHECKS = ("kernel contract", "reference", "dims", "build")
 
 
 def preflight_document(
     kernel: str | Path,
     reference: str | Path,
-    dims: dict,
+    dims: dict[str, Any],
     *,
     backend: str | None,
     arch: str | None,
     summary: str,
-) -> dict:
+) -> dict[str, Any]:
     """``kopt preflight --json``'s result: what was checked, of which kernel, and ``preflight_kernel``'s
     summary."""
     return {

@@ -65,7 +65,7 @@ from kopt_core.records.versions import BEST_SCHEMA_VERSION
 from kopt_core.search.promotion import first_error_line, judge
 from kopt_core.search.space import SPACE_HINT
 from kopt_core.search.variants import DeclaredSpace, config_id
-from kopt_core.steps.bench import check_candidate, static_contract, target_arch
+from kopt_core.steps.bench import BENCH_FILE, check_candidate, static_contract, target_arch
 from kopt_core.steps.build_pool import BuildJob, CompilePlan, build_all, plan_compile_jobs
 
 if TYPE_CHECKING:
@@ -314,7 +314,7 @@ class _Objective:
             artifact=build.artifact, reference=self.reference_path, dims=self.dims, options=self.options
         )
         result = self.runner.bench(request)
-        write_json(self.out_dir / TRIALS_DIR / identifier / "bench.json", to_data(result))
+        write_json(self.out_dir / TRIALS_DIR / identifier / BENCH_FILE, to_data(result))
         return judge(result)
 
 
