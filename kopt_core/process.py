@@ -40,6 +40,28 @@ def kill_group(process: subprocess.Popen) -> None:
         pass  # it ended on its own meanwhile
 
 
+def start_in_group(
+    command: list[str],
+    *,
+    stderr_path: str | os.PathLike[str],
+    pass_fds: tuple[int, ...] = (),
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start ``command`` as a long-lived child in its own process group (``kill_group`` stops it whole),
+    reading nothing from kopt's input, its stdout discarded and its stderr appended to ``stderr_path``; it
+    talks to kopt only through the descriptors in ``pass_fds``. Raises OSError when it cannot start."""
+    with open(stderr_path, "ab") as log:
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            pass_fds=pass_fds,
+            start_new_session=True,
+            env=env,
+        )
+
+
 def run_in_group(
     command: list[str],
     *,
@@ -95,4 +117,4 @@ def run_in_group(
             log.close()
 
 
-__all__ = ["Ran", "run_in_group"]
+__all__ = ["Ran", "kill_group", "run_in_group", "start_in_group"]

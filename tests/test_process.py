@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from kopt_core.process import run_in_group
+from kopt_core.process import kill_group, run_in_group, start_in_group
 
 
 def test_output_and_exit_code_come_back():
@@ -51,3 +51,23 @@ def test_a_missing_program_and_a_log_file(tmp_path):
         log_path=log,
     )
     assert logged.returncode == 0 and logged.stdout == "" and log.read_text().split() == ["to", "log", "also"]
+
+
+def test_a_started_child_leads_its_own_group_talks_through_its_fds_and_appends_its_stderr(tmp_path):
+    log = tmp_path / "child.stderr.log"
+    log.write_text("earlier\n")
+    read_end, write_end = os.pipe()
+    script = (
+        f"import os, sys, time; print('said', file=sys.stderr, flush=True); os.write({write_end}, b'ready'); "
+        "time.sleep(60)"
+    )
+    child = start_in_group([sys.executable, "-c", script], stderr_path=log, pass_fds=(write_end,))
+    os.close(write_end)
+    try:
+        assert os.read(read_end, 5) == b"ready"
+        assert os.getpgid(child.pid) == child.pid != os.getpgid(0)
+    finally:
+        kill_group(child)
+        os.close(read_end)
+    assert child.wait(timeout=30) == -9
+    assert log.read_text().splitlines() == ["earlier", "said"]

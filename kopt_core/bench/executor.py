@@ -53,7 +53,7 @@ from attrs.validators import ge
 
 from kopt_core.bench.runner import STDERR_TAIL, bench_outcome, paired_outcome
 from kopt_core.jsonio import write_json
-from kopt_core.process import Ran, kill_group
+from kopt_core.process import Ran, kill_group, start_in_group
 from kopt_core.records import BenchRequest, BenchResult, to_data
 from kopt_core.records.paired import PairedMeasurement
 
@@ -335,23 +335,13 @@ class WorkerExecutor:
         replies_read, replies_write = os.pipe()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         try:
-            with open(stderr_path, "ab") as log:
-                process = subprocess.Popen(
-                    [
-                        self._python,
-                        "-m",
-                        "kopt_core.bench.worker",
-                        "--serve",
-                        str(commands_read),
-                        str(replies_write),
-                    ],
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=log,
-                    pass_fds=(commands_read, replies_write),
-                    start_new_session=True,  # its own process group, killed as one
-                    env=env,
-                )
+            serve = ["-m", "kopt_core.bench.worker", "--serve", str(commands_read), str(replies_write)]
+            process = start_in_group(
+                [self._python, *serve],
+                stderr_path=stderr_path,
+                pass_fds=(commands_read, replies_write),
+                env=env,
+            )
         except OSError as exc:
             for fd in (commands_write, replies_read):
                 os.close(fd)
