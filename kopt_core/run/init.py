@@ -9,8 +9,10 @@ only: iteration folders appear later, after their gates pass.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from kopt_core.errors import ConfigError
 from kopt_core.records.state import SANITIZER_TIMEOUT_S, State, is_positive_seconds
@@ -18,16 +20,19 @@ from kopt_core.run.layout import baseline_dir, new_run_dir
 from kopt_core.run.store import RunStore, read_env
 from kopt_core.steps.bench import static_contract
 
+if TYPE_CHECKING:
+    from kopt_core.plugins import PluginManager
+
 NUMERICS_MODES = ("reference", "strict", "approximate")
 
 
-def _positive(name: str, value, flag: str) -> int:
+def _positive(name: str, value: object, flag: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{name} must be a positive integer, got {value!r}", hint=f"pass {flag} 1 or more")
     return value
 
 
-def normalize_compile_jobs(value) -> str:
+def normalize_compile_jobs(value: str | int) -> str:
     """``auto`` or a positive integer, kept as a string (state.json's compile_jobs)."""
     text = str(value).strip().lower()
     if text == "auto":
@@ -37,7 +42,7 @@ def normalize_compile_jobs(value) -> str:
     return str(int(text))
 
 
-def normalize_sanitizer_timeout(value) -> float:
+def normalize_sanitizer_timeout(value: float) -> float:
     """A positive, finite number of seconds (state.json's sanitizer_timeout_s), or ConfigError (exit 4)."""
     if not is_positive_seconds(value):
         raise ConfigError(f"--sanitizer-timeout must be a positive, finite number of seconds, got {value!r}")
@@ -45,11 +50,11 @@ def normalize_sanitizer_timeout(value) -> float:
 
 
 def init_run(
-    pm,
+    pm: PluginManager,
     *,
     baseline: str | Path,
     ref: str | Path,
-    dims: dict,
+    dims: dict[str, Any],
     env_path: str | Path,
     iterations: int = 3,
     ncu_num: int = 5,
@@ -58,7 +63,7 @@ def init_run(
     numerics_mode: str = "reference",
     backend: str | None = None,
     now: datetime | None = None,
-    on_warning=None,
+    on_warning: Callable[[str], None] | None = None,
     sanitizer_timeout_s: float = SANITIZER_TIMEOUT_S,
 ) -> RunStore:
     """Check the baseline, reference, dims, env.json and options, then create the run folder. Raises

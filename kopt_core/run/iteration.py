@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kopt_core.errors import ConfigError, HardwareError, KoptError
 from kopt_core.hardware import detect_gpus
@@ -33,6 +34,9 @@ from kopt_core.run.stop import stop_on_failure
 from kopt_core.run.store import RunStore
 from kopt_core.run.summary import render_summary
 from kopt_core.steps.profile import profile_prepared
+
+if TYPE_CHECKING:
+    from kopt_core.plugins import PluginManager
 
 
 def recheck_hardware() -> None:
@@ -74,7 +78,7 @@ def _input_dtypes(state: State) -> tuple[str, ...]:
     return tuple(b.dtype for b in read_bench_result(bench).buffers if b.role != "output")
 
 
-def open_iteration(pm, store: RunStore, iteration: int) -> Path:
+def open_iteration(pm: PluginManager, store: RunStore, iteration: int) -> Path:
     with store.locked("iter_open"):
         state = store.load()
         final = iteration_dir(state.run_dir, iteration)
@@ -117,7 +121,7 @@ def open_iteration(pm, store: RunStore, iteration: int) -> Path:
         return final
 
 
-def profile_in_run(pm, store: RunStore, iteration: int, which: str) -> Path:
+def profile_in_run(pm: PluginManager, store: RunStore, iteration: int, which: str) -> Path:
     """``kopt profile --state S --iter I --which best_input|kernel``: profile the run's current best (the
     input of iteration I) or iteration I's champion (``iterv{I}/kernel.<ext>``) into ``iterv{I}/``, with
     the run's first metric bundle; the champion's JSON files are ``kernel_ncu_top.json``,
@@ -155,7 +159,7 @@ def profile_in_run(pm, store: RunStore, iteration: int, which: str) -> Path:
 
 
 def select_in_run(
-    pm,
+    pm: PluginManager,
     store: RunStore,
     iteration: int,
     *,

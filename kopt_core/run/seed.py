@@ -7,6 +7,7 @@ summary.md and leaves no ``iterv1/``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kopt_core.errors import (
     EXIT_CONFIG,
@@ -21,15 +22,25 @@ from kopt_core.records import BenchOptions, to_data
 from kopt_core.records.bench import LOOP_OPTIONS
 from kopt_core.records.state import RooflineHistoryEntry, State
 from kopt_core.run.layout import BASELINE_PROFILE, BENCH_FILE, NOISE_FILE, baseline_dir
-from kopt_core.run.prepare import prepare_in_run, profile_options, profile_problem
+from kopt_core.run.prepare import ExecutorFactory, prepare_in_run, profile_options, profile_problem
 from kopt_core.run.stop import clear_stop, stop_on_failure
 from kopt_core.run.store import RunStore
 from kopt_core.run.summary import render_summary
 from kopt_core.steps.bench import Prepared, exit_code, run_bench
 from kopt_core.steps.profile import profile_prepared
 
+if TYPE_CHECKING:
+    from kopt_core.bench.executor import PairedPlan
+    from kopt_core.plugins import PluginManager
 
-def measure_noise(prepared: Prepared, folder: Path, *, executor=None, plan=None) -> float:
+
+def measure_noise(
+    prepared: Prepared,
+    folder: Path,
+    *,
+    executor: ExecutorFactory | None = None,
+    plan: PairedPlan | None = None,
+) -> float:
     """The run's noise threshold: the baseline paired against itself (A/A) in one worker, written to
     ``baseline/noise_aa.json``; the smallest relative effect a later paired comparison may call real.
     An A/A pairing that fails or is too unstable to decide stops the seed (exit 3: the machine, not the
@@ -52,12 +63,12 @@ def measure_noise(prepared: Prepared, folder: Path, *, executor=None, plan=None)
 
 
 def seed_baseline(
-    pm,
+    pm: PluginManager,
     store: RunStore,
     *,
     options: BenchOptions | None = None,
     retry: bool = False,
-    executor=None,
+    executor: ExecutorFactory | None = None,
 ) -> State:
     """Seed the run. A stopped run answers with what stopped it (``RunStore.stopped_error``); with
     ``retry``, a stop the environment caused (exit 3) is cleared first and the run seeded again."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from kopt_core.records.converter import to_data
 from kopt_core.run.layout import iteration_dirs, staging_dirs
@@ -10,7 +11,7 @@ from kopt_core.run.store import RunStore
 from kopt_core.run.summary import baseline_ms
 
 
-def run_status(run_dir: str | Path) -> dict:
+def run_status(run_dir: str | Path) -> dict[str, Any]:
     store = RunStore(run_dir)
     state = store.load()
     stop = store.load_stop()

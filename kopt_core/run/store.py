@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -53,7 +54,7 @@ def now_iso() -> str:
 # ------------------------------------------------------------------------------------------------- env.json
 
 
-def read_env(path: str | os.PathLike) -> Env:
+def read_env(path: str | os.PathLike[str]) -> Env:
     """An env.json written by the hardware gate. Missing or unreadable: a ConfigError saying to run the
     gate (again)."""
     path = Path(path)
@@ -68,7 +69,7 @@ def read_env(path: str | os.PathLike) -> Env:
 
 
 class RunStore:
-    def __init__(self, run_dir: str | os.PathLike):
+    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
         self.run_dir = Path(run_dir).resolve()
 
     def __repr__(self) -> str:
@@ -107,13 +108,13 @@ class RunStore:
     def save(self, state: State) -> Path:
         return write_json(self.state_path, to_data(state))
 
-    def update(self, **changes) -> State:
+    def update(self, **changes: Any) -> State:
         state = attrs.evolve(self.load(), **changes)
         self.save(state)
         return state
 
     # env.json
-    def copy_env(self, source: str | os.PathLike) -> Path:
+    def copy_env(self, source: str | os.PathLike[str]) -> Path:
         """The gate's env.json, byte for byte (fields a newer gate added survive), after checking it reads."""
         read_env(source)
         return write_text_atomic(self.env_path, Path(source).read_text(encoding="utf-8"))
@@ -157,7 +158,7 @@ class RunStore:
         return kind(message, hint=hint)
 
     # the lock
-    def lock_holder(self) -> dict | None:
+    def lock_holder(self) -> dict[str, Any] | None:
         """Who holds the run's lock ({pid, step, started_at}), or None when nobody does."""
         try:
             fd = os.open(self.lock_path, os.O_RDONLY)
@@ -174,7 +175,7 @@ class RunStore:
             os.close(fd)
 
     @contextmanager
-    def locked(self, step: str) -> Iterator[dict]:
+    def locked(self, step: str) -> Iterator[dict[str, Any]]:
         """Hold the run's exclusive lock for ``step``; raise RunLocked (naming the holder) if another has
         it."""
         if not self.run_dir.is_dir():
@@ -206,7 +207,7 @@ class RunStore:
             os.close(fd)
 
 
-def _read_holder(fd: int) -> dict | None:
+def _read_holder(fd: int) -> dict[str, Any] | None:
     try:
         text = os.pread(fd, 4096, 0).decode("utf-8", errors="replace")
         holder = json.loads(text) if text.strip() else None

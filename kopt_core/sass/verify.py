@@ -21,7 +21,7 @@ import subprocess
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from attrs import field, frozen
 
@@ -401,12 +401,16 @@ def disassemble_file(path: str | Path, cuobjdump: str | None = None) -> str:
     return completed.stdout
 
 
+# What ``verify_artifact`` disassembles: an Artifact (a backend's), a path (a loose file).
+T = TypeVar("T")
+
+
 def verify_artifact(
-    disassemble: Callable[[Any], str],
-    target: Any,
+    disassemble: Callable[[T], str],
+    target: T,
     methods: Sequence[str],
     arch: str,
-    baseline: Any = None,
+    baseline: T | None = None,
     *,
     signatures: SignatureSet | None = None,
 ) -> list[SassVerdict]:

@@ -21,7 +21,9 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -32,6 +34,7 @@ from kopt_core.ncu import runner
 from kopt_core.ncu.metrics import load_registry, resolve
 from kopt_core.ncu.parse import attach_findings, parse_details_csv, parse_raw_csv
 from kopt_core.records import (
+    Artifact,
     BenchOptions,
     BenchResult,
     BufferMoved,
@@ -51,6 +54,9 @@ from kopt_core.roofline.gaps import build_ncu_top, compute_roofline, metric_valu
 from kopt_core.roofline.model import default_bytes_min, default_memory_floor
 from kopt_core.roofline.plot import plot_roofline
 from kopt_core.steps.bench import Prepared, prepare, run_bench
+
+if TYPE_CHECKING:
+    from kopt_core.plugins import PluginManager
 
 # What a profile writes into its folder (the module docstring lists them): the JSON files and the chart
 # after a prefix (a run's champion profile takes ``kernel_``), the SASS listing as ``<name>.sass``.
@@ -86,7 +92,7 @@ def load_ceilings(path: str | Path | None) -> Ceilings:
         ) from None
 
 
-def peak_dtype(model: dict | None, inputs: list[tuple[str, int]]) -> str | None:
+def peak_dtype(model: dict[str, Any] | None, inputs: list[tuple[str, int]]) -> str | None:
     """The dtype whose peak rate bounds the kernel: the workload model's "dtype" if it names one, else the
     dtype of the largest input buffer (``inputs``: (dtype, bytes) pairs)."""
     if model and model.get("dtype"):
@@ -94,7 +100,7 @@ def peak_dtype(model: dict | None, inputs: list[tuple[str, int]]) -> str | None:
     return max(inputs, key=lambda pair: pair[1])[0] if inputs else None
 
 
-def described_inputs(ref: ReferenceModule, dims: dict) -> list[tuple[str, int]]:
+def described_inputs(ref: ReferenceModule, dims: dict[str, Any]) -> list[tuple[str, int]]:
     """(dtype, bytes) of the inputs a reference's buffers() describes (for reports imported without a
     bench run)."""
     from kopt_core.bench.buffers import torch_dtype
@@ -108,7 +114,9 @@ def described_inputs(ref: ReferenceModule, dims: dict) -> list[tuple[str, int]]:
     return rows
 
 
-def reference_evidence(reference: str | Path | None, dims: dict) -> tuple[dict | None, str | None]:
+def reference_evidence(
+    reference: str | Path | None, dims: dict[str, Any]
+) -> tuple[dict[str, Any] | None, str | None]:
     """(workload model, peak dtype) a reference file gives for an imported report; (None, None) without."""
     if reference is None:
         return None, None
@@ -124,7 +132,10 @@ def buffers_moved(bench: BenchResult) -> tuple[BufferMoved, ...]:
 
 
 def workload_used(
-    model: dict | None, buffers: tuple[BufferMoved, ...], duration_ms: float | None, ceilings: Ceilings
+    model: dict[str, Any] | None,
+    buffers: tuple[BufferMoved, ...],
+    duration_ms: float | None,
+    ceilings: Ceilings,
 ) -> WorkloadUsed | None:
     """The workload model a profile was measured against: the reference's, else kopt's default from the
     buffers (every input read once, every output written once, an in-out buffer both) with its memory
@@ -157,7 +168,7 @@ def analyse(
     *,
     bundle: str,
     bundle_reason: str,
-    workload: dict | None,
+    workload: dict[str, Any] | None,
     peak_dtype: str | None,
     prefix: str = "",
 ) -> tuple[NcuTop, Roofline]:
@@ -209,7 +220,7 @@ def kernel_rows(report: ProfileReport) -> tuple[ProfiledKernel, ...]:
     )
 
 
-def keep_disassembly(pm, artifact, path: Path) -> SassFile:
+def keep_disassembly(pm: PluginManager, artifact: Artifact, path: Path) -> SassFile:
     """Write the artifact's SASS (the backend's ``kopt_disassemble``) to ``path``, for kernel traits and
     SASS verification later. Returns what profile.json records: the file, or why there is none."""
     from kopt_core.sass import SassToolError
@@ -223,7 +234,7 @@ def keep_disassembly(pm, artifact, path: Path) -> SassFile:
 
 
 def profile_prepared(
-    pm,
+    pm: PluginManager,
     prepared: Prepared,
     out_dir: str | Path,
     *,
@@ -301,7 +312,7 @@ def import_profile(
     out_dir: str | Path,
     *,
     options: ProfileOptions | None = None,
-    workload: dict | None = None,
+    workload: dict[str, Any] | None = None,
     peak_dtype: str | None = None,
 ) -> ProfileOutcome:
     """The same outputs from an existing ``.ncu-rep`` (needs ncu) or a raw-page CSV export (needs
@@ -345,15 +356,15 @@ def import_profile(
 def profile_standalone(
     kernel: str | Path | None,
     reference: str | Path | None,
-    dims: dict,
+    dims: dict[str, Any],
     *,
     import_path: str | Path | None = None,
     out_dir: str | Path | None = None,
     backend: str | None = None,
     arch: str | None = None,
     options: ProfileOptions | None = None,
-    on_warning=None,
-    pm=None,
+    on_warning: Callable[[str], None] | None = None,
+    pm: PluginManager | None = None,
 ) -> ProfileOutcome:
     """``kopt profile KERNEL --ref REF`` (check, time, then profile) or ``kopt profile --import FILE``
     (analyse an existing report; the reference, if given, supplies the workload model). ``options``
@@ -386,7 +397,7 @@ def profile_standalone(
     )
 
 
-def profile_document(outcome: ProfileOutcome) -> dict:
+def profile_document(outcome: ProfileOutcome) -> dict[str, Any]:
     """``kopt profile --json``'s result: profile.json with the roofline and the output folder."""
     return {
         **to_data(outcome.summary),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from kopt_core.backends import BackendRegistry, backend_hooks
 from kopt_core.errors import ConfigError, HardwareError
@@ -20,10 +20,13 @@ from kopt_core.sass import SassVerdict, disassemble_file, parse_sass, verify_art
 from kopt_core.sass.verify import INPUT_FORMS, SassInputError
 from kopt_core.tools import find_tool
 
+if TYPE_CHECKING:
+    from kopt_core.plugins import PluginManager
+
 TEXT_SUFFIXES = (".sass", ".txt")
 
 
-def offered_cuobjdump(pm) -> str | None:
+def offered_cuobjdump(pm: PluginManager | None) -> str | None:
     """The toolkit's cuobjdump, else the first one a backend's probe names."""
     found = find_tool("cuobjdump")
     if found or pm is None:
@@ -71,7 +74,12 @@ def _known_methods(methods: list[str]) -> None:
 
 
 def verify_artifact_sass(
-    pm, artifact: Artifact, methods: list[str], *, arch: str | None = None, baseline: Artifact | None = None
+    pm: PluginManager,
+    artifact: Artifact,
+    methods: list[str],
+    *,
+    arch: str | None = None,
+    baseline: Artifact | None = None,
 ) -> list[SassVerdict]:
     """A built candidate's SASS checked through its backend's ``kopt_sass_verify`` (the core's default
     disassembles with the backend's ``kopt_disassemble``)."""
@@ -80,20 +88,32 @@ def verify_artifact_sass(
 
 
 def check_sass(
-    pm, target: str | Path, methods: list[str], *, arch: str, baseline: str | Path | None = None
+    pm: PluginManager | None,
+    target: str | Path,
+    methods: list[str],
+    *,
+    arch: str,
+    baseline: str | Path | None = None,
 ) -> list[SassVerdict]:
     """A file's SASS: a listing is read as it is, a binary disassembled (no backend owns a loose file)."""
     _known_methods(methods)
     cuobjdump = offered_cuobjdump(pm)
     baseline_path = None if baseline is None else Path(baseline)
 
-    def listing(path) -> str:
+    def listing(path: Path) -> str:
         return _listing_text(Path(path), cuobjdump, option="--baseline" if path is baseline_path else "")
 
     return verify_artifact(listing, Path(target), methods, arch, baseline_path)
 
 
-def unread_failure(verdicts: Sequence[Any], what: str) -> HardwareError | None:
+class _Checked(Protocol):
+    """A SassVerdict or one of sass_check.json's method checks: what ``unread_failure`` reads."""
+
+    @property
+    def status(self) -> str: ...
+
+
+def unread_failure(verdicts: Sequence[_Checked], what: str) -> HardwareError | None:
     """``kopt sass`` exits 3 when no disassembler could read ``what`` (every verdict a tool error: a
     missing tool is never a pass); None otherwise. ``verdicts``: SassVerdicts, or sass_check.json's
     method checks."""

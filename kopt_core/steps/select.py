@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kopt_core.bench.buffers import FLOAT_DTYPES
 from kopt_core.contract import INTEGER_SCALARS
@@ -125,7 +125,7 @@ def select_from_evidence(
     *,
     facts: KernelFacts | None = None,
     choice: Choice | None = None,
-    **context,
+    **context: Any,
 ) -> Selection:
     """The scan on one profile, or ``choice`` checked against the hard constraints beside the scan's
     picks (ChoiceRejected, a ConfigError, names every one it breaks). ``facts`` is what profile.json
@@ -209,7 +209,7 @@ def render_analysis(
     template, _ = packaged_text("templates/iteration_report.md")
     top = [m.evidence for axis in ("compute", "memory", "latency") for m in ncu_top.axes.get(axis, ())]
 
-    def gap(value):
+    def gap(value: float | None) -> str:
         return "unknown" if value is None else f"{value:.3f}"
 
     return template.format(
