@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -37,9 +38,12 @@ from kopt_core.run.prepare import (
 from kopt_core.run.stop import stop_on_failure
 from kopt_core.run.store import RunStore
 
+if TYPE_CHECKING:
+    from kopt_core.plugins import PluginManager
+
 
 def ablate_iteration(
-    pm,
+    pm: PluginManager,
     store: RunStore,
     iteration: int,
     *,
@@ -65,7 +69,14 @@ def ablate_iteration(
         return record
 
 
-def _ablate(pm, state, folder: Path, iteration: int, executor, plan: PairedPlan) -> AttributionRecord:
+def _ablate(
+    pm: PluginManager,
+    state,
+    folder: Path,
+    iteration: int,
+    executor: ExecutorFactory,
+    plan: PairedPlan,
+) -> AttributionRecord:
     info, methods, candidates = iteration_candidates(pm, state, folder, iteration)
     specs = {spec.method: spec for spec in candidates.ablations}
     ref = load_reference(state.ref_file)

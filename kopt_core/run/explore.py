@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kopt_core import progress
 from kopt_core.bench.executor import PairedPlan, shared_executor
@@ -47,6 +47,9 @@ from kopt_core.run.stop import stop_on_failure
 from kopt_core.run.store import RunStore
 from kopt_core.run.summary import render_summary
 
+if TYPE_CHECKING:
+    from kopt_core.plugins import PluginManager
+
 
 def robust_cv(samples: Sequence[float]) -> float | None:
     """1.4826 * MAD / median: the spread of the samples, insensitive to a few outliers."""
@@ -63,7 +66,7 @@ def _shapes(result: BenchResult, which: str) -> dict[str, list[int]]:
 
 
 def explore_iteration(
-    pm,
+    pm: PluginManager,
     store: RunStore,
     iteration: int,
     *,
@@ -117,7 +120,12 @@ def explore_iteration(
 
 
 def _explore(
-    pm, state: State, folder: Path, iteration: int, executor, options: BenchOptions
+    pm: PluginManager,
+    state: State,
+    folder: Path,
+    iteration: int,
+    executor: ExecutorFactory,
+    options: BenchOptions,
 ) -> ExploreRecord:
     info, methods, candidates = iteration_candidates(pm, state, folder, iteration)
     dims = dict(state.dims)
@@ -329,7 +337,9 @@ def _install_champion(folder: Path, record: ExploreRecord, state: State) -> Path
     return target
 
 
-def promote(pm, state: State, folder: Path, executor, plan: PairedPlan) -> PairedComparison:
+def promote(
+    pm: PluginManager, state: State, folder: Path, executor: ExecutorFactory, plan: PairedPlan
+) -> PairedComparison:
     """The champion (B) against the current best (A), paired and interleaved in one worker on the same
     buffers; "faster" only when the interval's lower bound clears the run's noise threshold."""
     if state.noise_threshold is None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attrs import field, frozen
 
@@ -46,6 +46,12 @@ from kopt_core.run.layout import (
 )
 from kopt_core.run.stop import stop_on_failure
 from kopt_core.run.store import RunStore
+
+if TYPE_CHECKING:
+    from kopt_core.plugins import PluginManager
+    from kopt_core.records import GenerationResult
+    from kopt_core.records.loop import AttributionRecord, ExploreRecord, SassCheckRecord
+    from kopt_core.records.state import State
 
 AWAITING = "awaiting_candidates"
 
@@ -73,13 +79,13 @@ class OptimizeOutcome:
     brief: str | None = None  # the brief an agent is to read, while awaiting
 
 
-def _default_gate(pm, backend: str, out: Path) -> Env:
+def _default_gate(pm: PluginManager, backend: str, out: Path) -> Env:
     from kopt_core.steps.gate import run_gate
 
     return run_gate(pm, backend=backend, out=out)
 
 
-def _default_select(pm, store: RunStore, iteration: int, generator: str) -> Path:
+def _default_select(pm: PluginManager, store: RunStore, iteration: int, generator: str) -> Path:
     from kopt_core.run.iteration import select_in_run
 
     if not selects_methods(pm, generator):
@@ -89,56 +95,58 @@ def _default_select(pm, store: RunStore, iteration: int, generator: str) -> Path
     return path if path.is_file() else select_in_run(pm, store, iteration)
 
 
-def _default_profile(pm, store: RunStore, iteration: int) -> Path:
+def _default_profile(pm: PluginManager, store: RunStore, iteration: int) -> Path:
     from kopt_core.run.iteration import profile_in_run
 
     report = iteration_dir(store.run_dir, iteration) / CHAMPION_REPORT
     return report if report.is_file() else profile_in_run(pm, store, iteration, CHAMPION)
 
 
-def _default_seed(pm, store: RunStore):
+def _default_seed(pm: PluginManager, store: RunStore) -> State:
     from kopt_core.run.seed import seed_baseline
 
     return seed_baseline(pm, store)
 
 
-def _default_open(pm, store: RunStore, iteration: int) -> Path:
+def _default_open(pm: PluginManager, store: RunStore, iteration: int) -> Path:
     from kopt_core.run.iteration import open_iteration
 
     return open_iteration(pm, store, iteration)
 
 
-def _default_generate(pm, store: RunStore, iteration: int, generator: str, options: dict[str, str]):
+def _default_generate(
+    pm: PluginManager, store: RunStore, iteration: int, generator: str, options: dict[str, str]
+) -> GenerationResult:
     from kopt_core.generate.step import generate_in_run
 
     return generate_in_run(pm, store, iteration, generator=generator, options=options)
 
 
-def _default_explore(pm, store: RunStore, iteration: int):
+def _default_explore(pm: PluginManager, store: RunStore, iteration: int) -> ExploreRecord:
     from kopt_core.run.explore import explore_iteration
 
     return explore_iteration(pm, store, iteration)
 
 
-def _default_ablate(pm, store: RunStore, iteration: int):
+def _default_ablate(pm: PluginManager, store: RunStore, iteration: int) -> AttributionRecord:
     from kopt_core.run.ablate import ablate_iteration
 
     return ablate_iteration(pm, store, iteration)
 
 
-def _default_sass(pm, store: RunStore, iteration: int):
+def _default_sass(pm: PluginManager, store: RunStore, iteration: int) -> SassCheckRecord:
     from kopt_core.run.sass_check import check_iteration_sass
 
     return check_iteration_sass(pm, store, iteration)
 
 
-def _default_update(pm, store: RunStore, iteration: int):
+def _default_update(pm: PluginManager, store: RunStore, iteration: int) -> State:
     from kopt_core.run.update import update_in_run
 
     return update_in_run(store, iteration)
 
 
-def _default_summarize(pm, store: RunStore):
+def _default_summarize(pm: PluginManager, store: RunStore) -> Path:
     from kopt_core.run.summary import render_summary
 
     return render_summary(store)
@@ -161,7 +169,7 @@ class LoopSteps:
     summarize: Callable[..., Any] = _default_summarize
 
 
-def selects_methods(pm, generator: str) -> bool:
+def selects_methods(pm: PluginManager, generator: str) -> bool:
     """Whether the iterations of ``generator`` select methods (its ``GeneratorInfo.selects_methods``). A
     name no installed plugin registers, or more than one does, selects them: generating then says what
     is wrong with the name."""
@@ -169,7 +177,7 @@ def selects_methods(pm, generator: str) -> bool:
     return info is None or info.selects_methods
 
 
-def select_for_search(pm, store: RunStore, iteration: int) -> Path:
+def select_for_search(pm: PluginManager, store: RunStore, iteration: int) -> Path:
     """A search iteration's methods.json: no method (a parameter search tunes the kernel's declared
     tunables and implements nothing new), with the scan's own picks beside it as advice not taken."""
     from kopt_core.run.iteration import select_in_run
@@ -179,7 +187,7 @@ def select_for_search(pm, store: RunStore, iteration: int) -> Path:
 
 
 def start_run(
-    pm,
+    pm: PluginManager,
     *,
     baseline: str | Path,
     ref: str | Path,
@@ -256,7 +264,7 @@ def read_plan(store: RunStore) -> OptimizePlan:
 
 
 def resume_run(
-    pm,
+    pm: PluginManager,
     run_dir: str | Path,
     *,
     generator: str | None = None,
@@ -276,7 +284,7 @@ def resume_run(
     return run_loop(pm, store, steps=steps or LoopSteps())
 
 
-def run_loop(pm, store: RunStore, *, steps: LoopSteps) -> OptimizeOutcome:
+def run_loop(pm: PluginManager, store: RunStore, *, steps: LoopSteps) -> OptimizeOutcome:
     """Seed if needed, then iterations until a stop, the limit, or an agent's turn."""
     plan = read_plan(store)
     state = store.load()

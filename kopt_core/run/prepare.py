@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kopt_core.backends import BackendRegistry
 from kopt_core.errors import ConfigError
@@ -23,10 +23,11 @@ from kopt_core.steps.bench import Prepared, check_candidate, prepare, target_arc
 from kopt_core.steps.build_pool import BuildJob, BuildOutcome, CompilePlan, build_all, plan_compile_jobs
 
 if TYPE_CHECKING:
+    from kopt_core.bench.executor import Executor
     from kopt_core.plugins import PluginManager
 
 # What a step runs its kernels through: a factory of executors (kopt_core.bench.executor).
-ExecutorFactory = Callable[[], AbstractContextManager[Any]]
+ExecutorFactory = Callable[[], AbstractContextManager["Executor"]]
 
 
 def open_folder(store: RunStore, state: State, iteration: int, step: str) -> Path:
@@ -43,7 +44,7 @@ def open_folder(store: RunStore, state: State, iteration: int, step: str) -> Pat
     return folder
 
 
-def iteration_candidates(pm, state: State, folder: Path, iteration: int):
+def iteration_candidates(pm: PluginManager, state: State, folder: Path, iteration: int):
     """The run's backend, the iteration's methods (methods.json) and its validated candidates.json."""
     info = BackendRegistry.from_plugins(pm).get(state.backend)
     methods = iteration_methods(folder)
@@ -79,7 +80,7 @@ def prepare_in_run(
 
 
 def check_and_build(
-    pm, state: State, info, ref, candidates: dict[str, Candidate]
+    pm: PluginManager, state: State, info, ref, candidates: dict[str, Candidate]
 ) -> tuple[dict[str, str], list[BuildOutcome], CompilePlan]:
     """Each candidate's static contract, then the builds of those that keep it in the bounded pool (the
     run's --compile-jobs). Returns the contract problems by key, the build outcomes (in the given order)

@@ -13,6 +13,7 @@ fewer branches) is weak: other code the compiler chose can move those counts.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kopt_core.errors import ConfigError, KoptError
 from kopt_core.jsonio import write_json
@@ -31,6 +32,9 @@ from kopt_core.sass import SassToolError
 from kopt_core.sass.verify import SassVerdict, load_signatures
 from kopt_core.steps.sass import verify_artifact_sass
 
+if TYPE_CHECKING:
+    from kopt_core.plugins import PluginManager
+
 
 def is_strong(verdict: SassVerdict, arch: str) -> bool:
     """A failure of the rule for ``arch`` that asks for the method's instructions to be present."""
@@ -41,7 +45,7 @@ def is_strong(verdict: SassVerdict, arch: str) -> bool:
     return rule is not None and rule.relative == "present"
 
 
-def check_iteration_sass(pm, store: RunStore, iteration: int) -> SassCheckRecord:
+def check_iteration_sass(pm: PluginManager, store: RunStore, iteration: int) -> SassCheckRecord:
     """Check the champion of iteration ``iteration`` for each selected method; sass_check.json."""
     with store.locked("sass"):
         state = store.load()

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kopt_core.backends import BackendRegistry
+
+if TYPE_CHECKING:
+    from kopt_core.plugins import PluginManager
 
 # The backend ``kopt gate`` checks and standalone ``kopt select`` assumes when none is named.
 DEFAULT_BACKEND = "cuda"
 
 
-def installed_backends(pm) -> tuple[str, ...]:
+def installed_backends(pm: PluginManager) -> tuple[str, ...]:
     """The names of the backends the plugins register."""
     return tuple(BackendRegistry.from_plugins(pm).backends)
 
 
-def list_backends(pm) -> list[dict]:
+def list_backends(pm: PluginManager) -> list[dict]:
     registry = BackendRegistry.from_plugins(pm)
     rows = []
     for name, info in sorted(registry.backends.items()):

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attrs import field, frozen
 
@@ -41,6 +42,9 @@ from kopt_core.records.fields import as_tuple
 from kopt_core.records.roofline import Ceilings
 from kopt_core.records.state import Env, EnvGpu, ToolFound
 from kopt_core.tools import find_tool, tool_folders
+
+if TYPE_CHECKING:
+    from kopt_core.plugins import PluginManager
 
 MAX_ATTEMPTS = 3
 TOOLS = ("nvcc", "cuobjdump", "ncu", "compute-sanitizer")
@@ -287,7 +291,9 @@ class Discovery:
         return next((t for t in self.tools if t.name == name), None)
 
 
-def discover(pm, registry: BackendRegistry, backend: str, versions: dict[str, str]) -> Discovery:
+def discover(
+    pm: PluginManager, registry: BackendRegistry, backend: str, versions: dict[str, str]
+) -> Discovery:
     """Tools, GPU, CUDA context and backend probe, each failure in words."""
     problems: list[str] = []
     gpus, gpu_reason = detect_gpus()
@@ -318,7 +324,7 @@ def discover(pm, registry: BackendRegistry, backend: str, versions: dict[str, st
 
 
 def run_gate(
-    pm,
+    pm: PluginManager,
     *,
     backend: str,
     attempts: int = MAX_ATTEMPTS,
@@ -423,7 +429,7 @@ def gate_verdict(env: Env, out: str | Path) -> GateOutcome:
 
 
 def gate_outcome(
-    pm,
+    pm: PluginManager,
     *,
     backend: str,
     attempts: int = MAX_ATTEMPTS,
