@@ -183,3 +183,34 @@ def test_the_layer_map_parser_reads_rows_and_stops_at_the_next_heading():
         "\n## Next\n| cli | `kopt_core/cli/other.py` | not in the map |\n"
     )
     assert layer_map(text) == [("cli", "kopt_core/cli/app.py"), ("run", "kopt_core/run/store.py")]
+
+
+# ----------------------------------------------------------------------------- the typed public API
+
+
+def strict_modules() -> list[str]:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]
+    (strict,) = [o for o in config["overrides"] if o.get("disallow_untyped_defs")]
+    return strict["module"]
+
+
+def is_covered(module: str, patterns: list[str]) -> bool:
+    """mypy's override matching: a name, or ``package.*`` for the package and everything under it."""
+    return any(module == p or (p.endswith(".*") and (module + ".").startswith(p[:-1])) for p in patterns)
+
+
+def test_is_covered_reads_patterns_as_mypy_does():
+    patterns = ["kopt_core.records.*", "kopt_core.plugins"]
+    assert is_covered("kopt_core.records", patterns) and is_covered("kopt_core.records.state", patterns)
+    assert is_covered("kopt_core.plugins", patterns)
+    assert not is_covered("kopt_core.plugins_extra", patterns)
+    assert not is_covered("kopt_core.recordsx", patterns)
+
+
+def test_every_module_behind_the_public_api_is_type_checked_strictly():
+    import kopt_core
+
+    behind = sorted({kopt_core._PUBLIC[name] for name in kopt_core.__all__ if name in kopt_core._PUBLIC})
+    assert behind, "kopt_core._PUBLIC names no module"
+    patterns = strict_modules()
+    assert [module for module in behind if not is_covered(module, patterns)] == []
