@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import TypeVar
 
+T = TypeVar("T")
 Reporter = Callable[[str], AbstractContextManager[object]]
 # update(done, note): how much of a count is done, and a line about it ("best 21 ms failed 3")
 Update = Callable[[int, str], None]
@@ -58,18 +60,21 @@ def reporting(reporter: Reporter | None) -> Iterator[None]:
 
 
 @contextmanager
-def step(message: str) -> Iterator[None]:
-    """Say ``message`` (e.g. "building gemm.cu") while the block runs. The reporter sees the block's error,
-    if any, as a context manager does (it may say the step failed), but never swallows it; a reporter that
-    fails never fails the work: it is only a display."""
+def _display(make: Callable[[], AbstractContextManager[T]]) -> Iterator[T | None]:
+    """Enter the display ``make()`` gives for as long as the block runs and yield what it yields (None when
+    it could not be shown). The display sees the block's error, if any, as a context manager does, but
+    never swallows it, and a display that fails never fails the work."""
+    shown: AbstractContextManager[object]
+    entered: T | None
     try:
-        shown = _reporter(message)
-        shown.__enter__()
+        made = make()
+        entered = made.__enter__()
+        shown = made
     except Exception:
-        shown = nullcontext()
+        shown, entered = nullcontext(), None
     failure: BaseException | None = None
     try:
-        yield
+        yield entered
     except BaseException as exc:
         failure = exc
         raise
@@ -78,8 +83,17 @@ def step(message: str) -> Iterator[None]:
             shown.__exit__(
                 type(failure) if failure else None, failure, failure.__traceback__ if failure else None
             )
-        except BaseException:  # the reporter re-raised the block's error, or failed itself: only a display
+        except BaseException:  # the display re-raised the block's error, or failed itself: only a display
             pass
+
+
+@contextmanager
+def step(message: str) -> Iterator[None]:
+    """Say ``message`` (e.g. "building gemm.cu") while the block runs. The reporter sees the block's error,
+    if any, as a context manager does (it may say the step failed), but never swallows it; a reporter that
+    fails never fails the work: it is only a display."""
+    with _display(lambda: _reporter(message)):
+        yield
 
 
 @contextmanager
@@ -89,36 +103,17 @@ def counting(label: str, total: int | None = None, done: int = 0) -> Iterator[Up
     when it has one, else by ``bar``. Steps inside the block show nothing. As with ``step``, a display
     that fails never fails the work."""
     counter: Counter = getattr(_reporter, "count", None) or bar
-    shown: AbstractContextManager[object]
-    show: Update | None
-    try:
-        entered = counter(label, total, done)
-        show = entered.__enter__()
-        shown = entered
-    except Exception:
-        shown, show = nullcontext(), None
+    with _display(lambda: counter(label, total, done)) as show:
 
-    def update(count: int, note: str = "") -> None:
-        if show is not None:
-            try:
-                show(count, note)
-            except Exception:
-                pass  # only a display
+        def update(count: int, note: str = "") -> None:
+            if show is not None:
+                try:
+                    show(count, note)
+                except Exception:
+                    pass  # only a display
 
-    failure: BaseException | None = None
-    try:
         with reporting(None):
             yield update
-    except BaseException as exc:
-        failure = exc
-        raise
-    finally:
-        try:
-            shown.__exit__(
-                type(failure) if failure else None, failure, failure.__traceback__ if failure else None
-            )
-        except BaseException:  # only a display
-            pass
 
 
 @contextmanager
