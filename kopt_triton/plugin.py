@@ -1,4 +1,4 @@
-"""The ``triton`` backend plugin (entry point ``kopt_triton.plugin`` in the group ``kopt``).
+"""The ``triton`` backend plugin (entry point ``triton = kopt_triton.plugin`` in the group ``kopt``).
 
 A Triton kernel file exposes ``setup(**dims, seed=None)`` and ``run_kernel(**inputs)``
 (kopt_triton.contract). Preflight reads it by AST, compile freezes a content-keyed copy
