@@ -38,26 +38,27 @@ class DocumentFieldError(TypeError):
     """A value in a persisted document that is not what its field holds; the message says what it must be."""
 
 
-def _kind_of(value: Any) -> str:
+def kind_of(value: Any) -> str:
+    """``value`` as a message shows it: its repr, cut to 40 characters."""
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _strict_str(value: Any, _: Any) -> str:
     if not isinstance(value, str):
-        raise DocumentFieldError(f"must be a string (got {_kind_of(value)})")
+        raise DocumentFieldError(f"must be a string (got {kind_of(value)})")
     return value
 
 
 def _strict_bool(value: Any, _: Any) -> bool:
     if not isinstance(value, bool):
-        raise DocumentFieldError(f"must be true or false (got {_kind_of(value)})")
+        raise DocumentFieldError(f"must be true or false (got {kind_of(value)})")
     return value
 
 
 def _strict_int(value: Any, _: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise DocumentFieldError(f"must be an integer (got {_kind_of(value)})")
+        raise DocumentFieldError(f"must be an integer (got {kind_of(value)})")
     return value
 
 
@@ -65,13 +66,13 @@ def _strict_float(value: Any, _: Any) -> float:
     if value is None:
         return math.nan
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise DocumentFieldError(f"must be a number (got {_kind_of(value)})")
+        raise DocumentFieldError(f"must be a number (got {kind_of(value)})")
     return float(value)
 
 
 def _strict_tuple(value: Any, _: Any) -> tuple[Any, ...]:
     if not isinstance(value, (list, tuple)):
-        raise DocumentFieldError(f"must be a list (got {_kind_of(value)})")
+        raise DocumentFieldError(f"must be a list (got {kind_of(value)})")
     return tuple(value)
 
 
@@ -92,7 +93,7 @@ def make_document_converter() -> cattrs.Converter:
 
         def structure_object(value: Any, type_: Any) -> Any:
             if not isinstance(value, dict):
-                raise DocumentFieldError(f"must be a JSON object (got {_kind_of(value)})")
+                raise DocumentFieldError(f"must be a JSON object (got {kind_of(value)})")
             return structure(value, type_)
 
         return structure_object
@@ -102,7 +103,7 @@ def make_document_converter() -> cattrs.Converter:
 
         def structure_mapping(value: Any, cls: Any) -> Any:
             if not isinstance(value, dict):
-                raise DocumentFieldError(f"must be a JSON object (got {_kind_of(value)})")
+                raise DocumentFieldError(f"must be a JSON object (got {kind_of(value)})")
             return structure(value, cls)
 
         return structure_mapping
@@ -113,7 +114,7 @@ def make_document_converter() -> cattrs.Converter:
         def structure_literal(value: Any, _: Any) -> Any:
             if value not in allowed or type(value) not in {type(a) for a in allowed}:
                 one_of = ", ".join(repr(a) for a in allowed)
-                raise DocumentFieldError(f"must be one of {one_of} (got {_kind_of(value)})")
+                raise DocumentFieldError(f"must be one of {one_of} (got {kind_of(value)})")
             return value
 
         return structure_literal
@@ -128,7 +129,7 @@ def make_document_converter() -> cattrs.Converter:
 
         def structure_sequence(value: Any, cls: Any) -> Any:
             if not isinstance(value, (list, tuple)):
-                raise DocumentFieldError(f"must be a list (got {_kind_of(value)})")
+                raise DocumentFieldError(f"must be a list (got {kind_of(value)})")
             return structure(value, cls)
 
         return structure_sequence

@@ -22,7 +22,7 @@ from attrs import AttrsInstance
 
 from kopt_core.errors import ConfigError
 from kopt_core.jsonio import read_json
-from kopt_core.records.converter import _kind_of, from_document
+from kopt_core.records.converter import from_document, kind_of
 
 R = TypeVar("R", bound=AttrsInstance)
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
@@ -208,7 +208,7 @@ def migrate(kind: str, data: dict[str, Any], current: int) -> dict[str, Any]:
     """Bring a persisted document of ``kind`` up to schema version ``current``."""
     version = data.get("schema_version", 1)
     if isinstance(version, bool) or not isinstance(version, int):
-        raise ValueError(f"{kind} schema_version must be an integer (got {_kind_of(version)})")
+        raise ValueError(f"{kind} schema_version must be an integer (got {kind_of(version)})")
     if version > current:
         raise ValueError(f"{kind} has schema_version {version}, newer than this kopt reads ({current})")
     steps = MIGRATIONS.get(kind, {})
