@@ -7,6 +7,7 @@ import click
 
 from kopt_core.cli import app, envelope, outputs, render
 from kopt_core.records import ProfileOptions
+from kopt_core.records.profile import BUNDLES
 
 
 @app.cli.command("profile", context_settings=app.FREE_ARGUMENTS)
@@ -45,7 +46,7 @@ from kopt_core.records import ProfileOptions
 )
 @click.option(
     "--bundle",
-    type=click.Choice(["auto", "full", "light"]),
+    type=click.Choice(["auto", *BUNDLES]),
     default="auto",
     show_default=True,
     help="ncu metric bundle: auto = full below 10 ms of kernel time, light above.",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from kopt_core.cli import app, envelope, outputs, render
-from kopt_core.records.search import SAMPLERS
+from kopt_core.records.search import DEFAULT_SAMPLER, DEFAULT_TRIALS, SAMPLERS
 
 SEED_MAX = (1 << 32) - 1  # Optuna's samplers seed numpy, which takes 32 bits
 
@@ -24,8 +24,8 @@ SEED_MAX = (1 << 32) - 1  # Optuna's samplers seed numpy, which takes 32 bits
     "--trials",
     type=click.IntRange(min=1),
     default=None,
-    help="Configurations the study evaluates in all, across resumes (default: 24; the grid sampler: "
-    "every valid point).",
+    help=f"Configurations the study evaluates in all, across resumes (default: {DEFAULT_TRIALS}; the grid "
+    "sampler: every valid point).",
 )
 @click.option(
     "--time-budget",
@@ -35,7 +35,11 @@ SEED_MAX = (1 << 32) - 1  # Optuna's samplers seed numpy, which takes 32 bits
     help="Seconds of search in this call, checked between configurations.",
 )
 @click.option(
-    "--sampler", type=click.Choice(SAMPLERS), default="tpe", show_default=True, help="The study's sampler."
+    "--sampler",
+    type=click.Choice(SAMPLERS),
+    default=DEFAULT_SAMPLER,
+    show_default=True,
+    help="The study's sampler.",
 )
 @click.option(
     "--storage",

@@ -30,7 +30,7 @@ from kopt_core.errors import ConfigError
 from kopt_core.plugins import hookimpl
 from kopt_core.records.generate import GenerationContext, GenerationResult, GeneratorInfo
 from kopt_core.records.loop import BranchSpec, Candidates
-from kopt_core.records.search import SAMPLERS, SamplerName
+from kopt_core.records.search import DEFAULT_SAMPLER, DEFAULT_TRIALS, SAMPLERS, SamplerName
 from kopt_core.run.candidates import write_candidates
 from kopt_core.run.layout import SEARCH_DIR
 
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from kopt_core.plugins import PluginManager
 
 NAME = "search"
-DEFAULT_TRIALS = 24
 OPTIONS = {
     "trials": f"configurations to evaluate in this iteration (default {DEFAULT_TRIALS})",
     "time_budget_s": "seconds of search in this iteration, checked between evaluations (default: none)",
@@ -72,7 +71,7 @@ def parse_time_budget(options: dict[str, str]) -> float | None:
 
 
 def parse_sampler(options: dict[str, str]) -> SamplerName:
-    raw = options.get("sampler", "tpe")
+    raw = options.get("sampler", DEFAULT_SAMPLER)
     if raw not in SAMPLERS:
         raise ConfigError(f"option sampler {raw!r} is not one of {', '.join(SAMPLERS)}")
     return raw

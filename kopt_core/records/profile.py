@@ -12,6 +12,8 @@ from kopt_core.records.fields import as_tuple
 from kopt_core.records.roofline import DEFAULT_CEILINGS, Ceilings
 from kopt_core.records.versions import PROFILE_SCHEMA_VERSION, read_document
 
+BUNDLES = ("full", "light")  # ncu's metric bundles (references/metric_registry.json)
+
 
 @frozen
 class MetricValue:
@@ -74,7 +76,7 @@ class ProfileOptions:
 
     ncu_num: int = 5  # top metrics per axis in ncu_top.json
     # the metric bundle, full | light; None: adaptive (full below 10 ms of kernel time, light above)
-    bundle: str | None = field(default=None, validator=validators.optional(validators.in_(("full", "light"))))
+    bundle: str | None = field(default=None, validator=validators.optional(validators.in_(BUNDLES)))
     ncu_timeout_s: float = 600.0  # the limit for one ncu run
     full_timeout_s: float | None = None  # the limit for a full-set run (None: ncu_timeout_s); then light
     ceilings: Ceilings = DEFAULT_CEILINGS  # the default: the built-in H200 figures

@@ -40,6 +40,8 @@ SpaceKind: TypeAlias = str
 # The study's samplers (kopt_core.search.study), as the CLI and the search generator offer them.
 SamplerName = Literal["tpe", "grid", "random", "cmaes"]
 SAMPLERS: tuple[SamplerName, ...] = ("tpe", "grid", "random", "cmaes")
+DEFAULT_SAMPLER: SamplerName = "tpe"  # what `kopt search`, the search generator and run_study use unless told
+DEFAULT_TRIALS = 24  # configurations a search evaluates when given neither a budget nor a time limit
 
 _FUNCTIONS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs}
 RESERVED_NAMES = frozenset(_FUNCTIONS)  # what a constraint calls, so no parameter may be named so

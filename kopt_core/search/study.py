@@ -80,6 +80,7 @@ from kopt_core.jsonio import write_json, write_text_atomic
 from kopt_core.records import to_data
 from kopt_core.records.fields import as_tuple
 from kopt_core.records.search import (
+    DEFAULT_SAMPLER,
     SAMPLERS,
     Config,
     SamplerName,
@@ -160,7 +161,7 @@ def run_study(
     *,
     storage: str | BaseStorage,
     study_name: str,
-    sampler: SamplerName = "tpe",
+    sampler: SamplerName = DEFAULT_SAMPLER,
     trials: int | None = None,
     time_budget_s: float | None = None,
     seed: int = 0,

@@ -54,6 +54,7 @@ from kopt_core.jsonio import write_json
 from kopt_core.records import BenchOptions, BenchRequest, Candidate, Toolchain, to_data
 from kopt_core.records.bench import LOOP_OPTIONS
 from kopt_core.records.search import (
+    DEFAULT_SAMPLER,
     Config,
     SamplerName,
     SearchSource,
@@ -76,7 +77,6 @@ SEARCH_DB = "search.db"
 TRIALS_DIR = "trials"
 BEST_FILE = "best.json"
 TOP = 5  # configurations listed in best.json and shown at the end
-DEFAULT_TRIALS = 24
 PRIOR_SEEDS_WITHOUT_TRIAL_BUDGET = 4  # seeds of a search bounded by time (or not at all)
 
 NO_SPACE_HINT = (
@@ -330,7 +330,7 @@ def search_kernel(
     out_dir: str | Path,
     trials: int | None = None,
     time_budget_s: float | None = None,
-    sampler: SamplerName = "tpe",
+    sampler: SamplerName = DEFAULT_SAMPLER,
     storage: str | None = None,
     seed: int = 0,
     backend: str | None = None,

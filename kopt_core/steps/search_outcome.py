@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kopt_core.errors import ValidationError
+from kopt_core.records.search import DEFAULT_TRIALS
 
 if TYPE_CHECKING:
     from kopt_core.steps.search import SearchOutcome
@@ -16,8 +17,6 @@ def default_trials(trials: int | None, time_budget_s: float | None, sampler: str
     """The study's budget: ``trials``; with neither trials nor a time budget, DEFAULT_TRIALS, except
     for the grid sampler, which then evaluates every valid point (None)."""
     if trials is None and time_budget_s is None and sampler != "grid":
-        from kopt_core.steps.search import DEFAULT_TRIALS
-
         return DEFAULT_TRIALS
     return trials
 
