@@ -214,3 +214,23 @@ def test_every_module_behind_the_public_api_is_type_checked_strictly():
     assert behind, "kopt_core._PUBLIC names no module"
     patterns = strict_modules()
     assert [module for module in behind if not is_covered(module, patterns)] == []
+
+
+# ------------------------------------------------------------------------------ what `kopt --help` costs
+
+
+def test_kopt_help_loads_no_backend_toolchain_and_no_heavy_library():
+    """`kopt --help` (every plugin's entry point loaded, as a user's shell does) imports no backend's
+    toolchain, no Optuna, no torch and no plotting: a missing or slow toolchain can never break it."""
+    import subprocess
+
+    code = (
+        "import sys; from kopt_core.cli import main; sys.argv = ['kopt', '--help']\n"
+        "try:\n    main()\nexcept SystemExit as stop:\n    assert stop.code in (0, None), stop.code\n"
+        "heavy = ('torch', 'triton', 'optuna', 'cutlass_library', 'matplotlib', 'numpy', 'sqlalchemy')\n"
+        "print('LOADED=' + ','.join(sorted(m for m in heavy if m in sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Usage: kopt" in done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "LOADED="
