@@ -133,6 +133,14 @@ SANITIZER_TIMEOUT = click.option(
 )
 
 
+DIMS_HELP = 'Dims as JSON, e.g. \'{"M":4096,"N":4096}\'.'
+
+
+def dims_option(help: str = DIMS_HELP) -> Callable[[F], F]:
+    """``--dims``: the dims as one JSON object, beside (or instead of) the free ``--NAME=VALUE`` ones."""
+    return click.option("--dims", "dims_json", default=None, help=help)
+
+
 def numerics_mode_option(help: str) -> Callable[[F], F]:
     """``--numerics-mode``: the run's numerical contract (state.json numerics_mode)."""
     return click.option(

@@ -40,7 +40,7 @@ def _bench_default(name: str):
     type=click.Path(dir_okay=False),
     help="Reference file with reference(**kwargs).",
 )
-@click.option("--dims", "dims_json", default=None, help='Dims as JSON, e.g. \'{"M":4096,"N":4096}\'.')
+@app.dims_option()
 @click.option("--backend", default=None, help="Backend name (default: detected from the file).")
 @click.option("--arch", default=None, help="Target architecture, e.g. sm_90a (default: the GPU's).")
 @click.option(
@@ -180,7 +180,7 @@ def bench_cmd(
 @app.cli.command("preflight", context_settings=app.FREE_ARGUMENTS)
 @click.option("--baseline", required=True, type=click.Path(dir_okay=False), help="Baseline kernel file.")
 @click.option("--ref", "reference", required=True, type=click.Path(dir_okay=False), help="Reference file.")
-@click.option("--dims", "dims_json", default=None, help="Dims as JSON.")
+@app.dims_option("Dims as JSON.")
 @click.option("--backend", default=None, help="Backend name (default: detected from the file).")
 @click.option("--arch", default=None, help="Target architecture for the build check (default: the GPU's).")
 @click.option(

@@ -21,7 +21,7 @@ def _generator_options(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
 @app.cli.command("optimize", context_settings=app.FREE_ARGUMENTS)
 @click.option("--baseline", type=click.Path(dir_okay=False), default=None, help="Baseline kernel file.")
 @click.option("--ref", "reference", type=click.Path(dir_okay=False), default=None, help="Reference file.")
-@click.option("--dims", "dims_json", default=None, help='Dims as JSON, e.g. \'{"M":4096,"N":4096}\'.')
+@app.dims_option()
 @click.option(
     "--generator",
     default=None,

@@ -24,7 +24,7 @@ from kopt_core.records.profile import BUNDLES
     default=None,
     help="Analyse an existing .ncu-rep (needs ncu) or raw-page CSV (needs nothing) instead of profiling.",
 )
-@click.option("--dims", "dims_json", default=None, help="Dims as JSON.")
+@app.dims_option("Dims as JSON.")
 @click.option("--backend", default=None, help="Backend name (default: detected from the file).")
 @click.option("--arch", default=None, help="Target architecture (default: the GPU's).")
 @click.option(

@@ -18,7 +18,7 @@ from kopt_core.records.state import State
     type=click.Path(dir_okay=False),
     help="Reference file with reference(**kwargs).",
 )
-@click.option("--dims", "dims_json", default=None, help='Dims as JSON, e.g. \'{"M":4096,"N":4096}\'.')
+@app.dims_option()
 @click.option(
     "--env",
     "env_path",

@@ -18,7 +18,7 @@ SEED_MAX = (1 << 32) - 1  # Optuna's samplers seed numpy, which takes 32 bits
 @app.cli.command("search", context_settings=app.FREE_ARGUMENTS)
 @click.argument("kernel", type=click.Path(dir_okay=False))
 @click.option("--ref", "reference", required=True, type=click.Path(dir_okay=False), help="Reference file.")
-@click.option("--dims", "dims_json", default=None, help='Dims as JSON, e.g. \'{"M":4096,"N":4096}\'.')
+@app.dims_option()
 @click.option("--backend", default=None, help="Backend name (default: detected from the file).")
 @click.option(
     "--trials",
