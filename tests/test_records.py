@@ -383,3 +383,22 @@ def test_the_run_and_kopt_sass_share_one_sass_vocabulary():
     from kopt_core.sass.verify import STATUSES
 
     assert SASS_STATUSES == STATUSES
+
+
+def test_the_migration_table_chains_each_kind_from_its_oldest_version_to_the_current_one():
+    """Each step is the function named for it, and the steps run without a gap up to the version kopt
+    writes now: a slip in the table (a step skipped, repeated or wired to the wrong function) is
+    invisible when the skipped step only adds fields whose defaults the record already has."""
+    from kopt_core.records import versions
+
+    current = {
+        "state": versions.STATE_SCHEMA_VERSION,
+        "env": versions.ENV_SCHEMA_VERSION,
+        versions.SELECTION_KIND: versions.SELECTION_SCHEMA_VERSION,
+    }
+    assert set(versions.MIGRATIONS) == set(current)
+    names = {"state": "state", "env": "env", versions.SELECTION_KIND: "selection"}
+    for kind, steps in versions.MIGRATIONS.items():
+        assert sorted(steps) == list(range(min(steps), current[kind])), kind
+        for start, step in steps.items():
+            assert step.__name__ == f"{names[kind]}_v{start}_to_v{start + 1}", (kind, start)
