@@ -105,7 +105,7 @@ def test_bench_result_round_trip_through_json(tmp_path):
     result = _result()
     path = write_json(tmp_path / "bench.json", to_data(result))
     data = read_json(path)
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == 2
     # JSON has no NaN or infinity: unknown values are written as null
     assert data["kernel_timing"]["cv"] is None and data["kernel_timing"]["median_ci_rel"] is None
     back = from_data(data, BenchResult)
@@ -164,9 +164,13 @@ def test_atomic_write_replaces_in_one_rename(tmp_path, monkeypatch):
 def test_read_document_migrates_and_says_what_is_wrong(tmp_path, monkeypatch):
     path = tmp_path / "bench.json"
     write_json(path, {**to_data(_result()), "schema_version": 0, "name": "k.cu"})
-    monkeypatch.setitem(versions.MIGRATIONS, "bench", {0: lambda d: {**d, "kernel": d.pop("name")}})
+    monkeypatch.setitem(
+        versions.MIGRATIONS,
+        "bench",
+        {0: lambda d: {**d, "kernel": d.pop("name")}, 1: versions.bench_v1_to_v2},
+    )
     assert read_bench_result(path).kernel == "k.cu"
-    write_json(path, {**to_data(_result()), "schema_version": 2})
+    write_json(path, {**to_data(_result()), "schema_version": 3})
     with pytest.raises(ValueError, match="newer"):
         read_bench_result(path)
     write_json(path, {"kernel": "k.cu"})
@@ -395,9 +399,12 @@ def test_the_migration_table_chains_each_kind_from_its_oldest_version_to_the_cur
         "state": versions.STATE_SCHEMA_VERSION,
         "env": versions.ENV_SCHEMA_VERSION,
         versions.SELECTION_KIND: versions.SELECTION_SCHEMA_VERSION,
+        "bench": versions.BENCH_SCHEMA_VERSION,
+        "paired": versions.PAIRED_SCHEMA_VERSION,
     }
     assert set(versions.MIGRATIONS) == set(current)
     names = {"state": "state", "env": "env", versions.SELECTION_KIND: "selection"}
+    names.update(bench="bench", paired="paired")
     for kind, steps in versions.MIGRATIONS.items():
         assert sorted(steps) == list(range(min(steps), current[kind])), kind
         for start, step in steps.items():

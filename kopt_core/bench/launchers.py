@@ -78,8 +78,14 @@ class LaunchError(RuntimeError):
     """The kernel could not be launched or failed while running."""
 
 
-def load_launcher(artifact: Artifact) -> Launcher:
-    """Import and call the factory ``artifact.launcher`` names."""
+def launcher_factory(artifact: Artifact) -> Callable[[Artifact], Launcher]:
+    """The factory ``artifact.launcher`` names, its module imported (the backend's, not yet the kernel's:
+    the worker takes what the kernel's code must leave alone between the two)."""
     module_name, _, attr = artifact.launcher.partition(":")
     factory: Callable[[Artifact], Launcher] = getattr(importlib.import_module(module_name), attr)
-    return factory(artifact)
+    return factory
+
+
+def load_launcher(artifact: Artifact) -> Launcher:
+    """Import and call the factory ``artifact.launcher`` names."""
+    return launcher_factory(artifact)(artifact)

@@ -114,7 +114,13 @@ def bench_outcome(request: BenchRequest, result_path: Path, ran: Ran, timeout_s:
         to_data(partial) if partial is not None else {k: to_data(v) for k, v in base_fields(request).items()}
     )
     # What the worker had established before it died (buffers, earlier checks) is kept as evidence.
-    data.update(status="failed", error=with_stderr(message, ran), error_stage=stage, timing_valid=False)
+    data.update(
+        status="failed",
+        error=with_stderr(message, ran),
+        error_stage=stage,
+        timing_valid=False,
+        violation=violation_of(ran),
+    )
     return from_data(data, BenchResult)
 
 
@@ -129,7 +135,20 @@ def paired_outcome(
         return partial
     stage, message = problem or ("worker", "the worker left no result")
     base = partial or PairedMeasurement(a=a.artifact.source, b=b.artifact.source)
-    return attrs.evolve(base, status="failed", error=with_stderr(message, ran), error_stage=stage)
+    return attrs.evolve(
+        base, status="failed", error=with_stderr(message, ran), error_stage=stage, violation=violation_of(ran)
+    )
+
+
+CRASH_SIGNALS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGABRT)
+
+
+def violation_of(ran: Ran) -> str:
+    """A worker that ended without its answer: a crash or a hang is a launch that failed; any other end
+    (an exit code, a kill the process sent itself) is the kernel ending the worker."""
+    if ran.timed_out or (ran.returncode is not None and -ran.returncode in CRASH_SIGNALS):
+        return "launch_failed"
+    return "exited"
 
 
 def _during(partial: Progress | None) -> str:

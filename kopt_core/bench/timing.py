@@ -150,12 +150,19 @@ class Samples:
     stop_reason: str
 
 
-def sample_until_stable(take: Callable[[], tuple[float, float]], options: BenchOptions) -> Samples:
+def sample_until_stable(
+    take: Callable[[], tuple[float, float]],
+    options: BenchOptions,
+    spent_outside: Callable[[], float] | None = None,
+) -> Samples:
     """Take samples until the median's interval is within ``rel_precision``, or the time budget or the
-    sample cap runs out."""
+    sample cap runs out. ``spent_outside()`` is the seconds spent so far between samples on something
+    else (fresh inputs, audits), which the budget does not count."""
     device: list[float] = []
     host: list[float] = []
     start = time.perf_counter()
+    outside = spent_outside or (lambda: 0.0)
+    already = outside()
     check_every = 10
     while True:
         d, h = take()
@@ -170,7 +177,7 @@ def sample_until_stable(take: Callable[[], tuple[float, float]], options: BenchO
             and median_ci_rel(device) <= options.rel_precision
         ):
             return Samples(device, host, "precision reached")
-        if time.perf_counter() - start >= options.budget_s and n >= 5:
+        if time.perf_counter() - start - (outside() - already) >= options.budget_s and n >= 5:
             return Samples(device, host, "time budget")
 
 

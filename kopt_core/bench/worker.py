@@ -31,6 +31,20 @@ import torch
 
 from kopt_core.bench import buffers as buffer_plan
 from kopt_core.bench.compare import compare, unchanged
+from kopt_core.bench.defences import (
+    ESCAPE_MIN_MS,
+    ESCAPE_RATIO,
+    REPEAT_MIN_MS,
+    REPEAT_RATIO,
+    REPEAT_SAMPLES,
+    Feed,
+    Guard,
+    Violation,
+    Watch,
+    check_setup_varies,
+    profiled_kernel_ms,
+    residue_ms,
+)
 from kopt_core.bench.executor import PairedRequest
 from kopt_core.bench.launchers import (
     Launcher,
@@ -39,7 +53,7 @@ from kopt_core.bench.launchers import (
     ProvidesInputs,
     ProvidesNotes,
     Replay,
-    load_launcher,
+    launcher_factory,
 )
 from kopt_core.bench.paired import block_order
 from kopt_core.bench.runner import base_fields
@@ -66,6 +80,7 @@ from kopt_core.records import (
     BufferReport,
     BufferSpec,
     CorrectnessCheck,
+    Defences,
     DeviceInfo,
     TimingStats,
     Tolerance,
@@ -75,8 +90,9 @@ from kopt_core.records import (
 from kopt_core.records.paired import PairedBlock, PairedMeasurement, TelemetrySample
 from kopt_core.reference import ReferenceModule, load_reference
 
-ROTATION_MAX_SETS = 64
+ROTATION_MAX_SETS = 1024  # distinct argument sets one graph or batch runs through, one per launch
 ROTATION_MAX_BYTES = 4 << 30
+PROVIDED_MAX_SETS = 64  # when setup() makes each set's inputs (it runs before every sample)
 MAX_LAUNCHES_PER_SAMPLE = 4096
 
 # ProvidesInputs.inputs: (dims, seed) -> (args, names of the outputs)
@@ -87,9 +103,12 @@ class StageFailed(Exception):
     """A stage ended the worker's run: the result gets ``status`` (failed: the kernel failed; error: something
     else did, such as the reference, the backend or the device) with ``stage`` as its error_stage."""
 
-    def __init__(self, status: str, stage: str, message: str):
+    def __init__(self, status: str, stage: str, message: str, violation: str | None = None):
         super().__init__(message)
         self.status, self.stage, self.message = status, stage, message
+        self.violation = (
+            violation if violation is not None else ("launch_failed" if status == "failed" else None)
+        )
 
 
 class Side:
@@ -138,15 +157,31 @@ class Timer:
         note: str = "",
         flush: Callable[[], None] | None = None,
         replay: Replay | None = None,
+        guard: Guard | None = None,
+        single: Callable[[dict], Fn] | None = None,
     ):
         self.clock, self.warmed = probe.clock, probe.warm
         self.body, self.launches, self.mode, self.l2, self.note = body, launches, mode, l2, note
-        self.flush, self.replay = flush, replay
+        self.flush, self.replay, self.guard = flush, replay, guard
+        self.single = single  # one plain launch on an argument set (the stream check's)
+        self.defence_s = 0.0  # the repeat trap's and the stream check's, beside the guard's
 
     def take(self) -> tuple[float, float]:
+        if self.guard is not None:
+            self.guard.before()
         if self.flush is not None:
+            start = time.perf_counter()
             self.flush()
-        return self.clock.time(self.body)
+            if self.guard is not None and self.replay is not None:  # a graph is flushed for the guard alone
+                self.guard.cost_s += time.perf_counter() - start
+        sample = self.clock.time(self.body)
+        if self.guard is not None:
+            self.guard.after()
+        return sample
+
+    def spent_outside(self) -> float:
+        """Wall seconds the defences took between samples (not counted against the time budget)."""
+        return self.defence_s + (self.guard.cost_s if self.guard is not None else 0.0)
 
     def warm(self, ms: float) -> None:
         warm_up(self.clock, self.body, ms, min_launches=2)
@@ -170,7 +205,7 @@ class Timer:
 
 class Harness:
     """What a bench and a pairing share: the device, the reference, one buffer plan and its tensors, the
-    correctness checks, and timers."""
+    correctness checks, timers, and what a cheating kernel meets (``kopt_core.bench.defences``)."""
 
     def __init__(self, request: BenchRequest):
         self.request = request
@@ -180,22 +215,44 @@ class Harness:
         self.started = time.perf_counter()
         self._flush: Callable[[], None] | None = None
         self._flush_bytes = 0
+        self.watch: Watch | None = None  # taken before the first kernel's module loads
 
     # -- loading -----------------------------------------------------------------------------------
-    def _load(self, artifact: Artifact) -> Launcher:
+    def _load(self, artifact: Artifact, side: str | None = None) -> Launcher:
         try:
-            return load_launcher(artifact)
+            factory = launcher_factory(artifact)
         except Exception as exc:
             raise StageFailed("failed", "load", f"could not load {artifact.path}: {_describe(exc)}") from None
+        if self.watch is None:
+            _before_kernel_code()
+            self.watch = Watch()
+        try:
+            launcher = factory(artifact)
+        except Exception as exc:
+            raise StageFailed("failed", "load", f"could not load {artifact.path}: {_describe(exc)}") from None
+        self.watch.check("once the kernel's module loaded", side)
+        return launcher
+
+    def _watch_reference(self) -> None:
+        """The reference, its tolerance and the options: what the kernel's code must not change either."""
+        watch = self._watching()
+        ref = self.ref
+        watch.add("ref", ref.module)
+        watch.add_value("the reference function", lambda: f"{id(ref.reference)}:{id(ref.reference.__code__)}")
+        watch.add_value("the reference's tolerance", lambda: f"atol={ref.atol!r} rtol={ref.rtol!r}")
+        watch.add_value("the options", lambda: repr(self.options))
+
+    def _watching(self) -> Watch:
+        if self.watch is None:
+            raise RuntimeError("the watch starts when the first kernel loads")
+        return self.watch
 
     def _open_device(self, launcher: Launcher) -> DeviceInfo:
         self.device = launcher.device
         if self.device == "cuda":
             if not torch.cuda.is_available():
                 raise StageFailed("error", "device", "no CUDA device is visible to PyTorch in the worker")
-            # The reference's float32 matmuls must not silently run in TF32.
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
+            self._watching().open_device("cuda")
             props = torch.cuda.get_device_properties(0)
             self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 50 << 20)
             gpus, _ = detect_gpus()
@@ -227,6 +284,7 @@ class Harness:
         if interface.dynamic_buffers and isinstance(launcher, ProvidesInputs):
             provider = launcher.inputs
         if provider is not None:
+            check_setup_varies(provider, self.request.dims, artifact.source)
             specs, scalars = self._specs_from_provider(provider, artifact.source)
             requested = {s.name: s.shape for s in specs}
         else:
@@ -266,6 +324,10 @@ class Harness:
                 "pointers are outputs; describe roles in buffers() if needed)",
             )
         self.tolerance = self.ref.tolerance(checked[0].dtype, self.options.atol, self.options.rtol)
+        tolerance = self.tolerance
+        self._watching().add_value(
+            "the tolerance", lambda: repr(self.tolerance) if self.tolerance is tolerance else "replaced"
+        )
         return self.tolerance
 
     # -- buffers -----------------------------------------------------------------------------------
@@ -321,9 +383,17 @@ class Harness:
             for s in self.specs
         }
 
-    def _fill(self, seed: int, zeroed: bool) -> dict:
+    def _feed(self) -> Feed:
+        """Fresh inputs for timed launches: from a secret seed, through setup() when it makes them."""
+        feed = getattr(self, "_feed_made", None)
+        if feed is None:
+            feed = self._feed_made = Feed(self.specs, self.device, self.provider, self.request.dims)
+        return feed
+
+    def _fill(self, seed: int, zeroed: bool, outputs: str = "poisoned") -> dict:
         """Refill the same buffers in place with fresh inputs (so a kernel that caches by pointer is
-        caught) and poisoned (or zeroed) outputs. Returns the reference's own copies."""
+        caught) and poisoned (or zeroed, or for ``outputs="decoy"`` finite random) outputs. Returns the
+        reference's own copies."""
         gen = self._generator(seed)
         provided = (
             self._provided(self.provider, self.inputs_source, seed)[0] if self.provider is not None else None
@@ -332,7 +402,12 @@ class Harness:
         for spec in self.specs:
             tensor = self.tensors[spec.name]
             if spec.role == "output":
-                tensor.zero_() if zeroed else buffer_plan.poison_(tensor)
+                if zeroed:
+                    tensor.zero_()
+                elif outputs == "decoy":
+                    _decoy_(tensor, gen)
+                else:
+                    buffer_plan.poison_(tensor)
                 ref_args[spec.name] = torch.zeros_like(tensor)
             else:
                 fresh = (
@@ -384,12 +459,16 @@ class Harness:
                 "failed", what, f"{side.prefix}the kernel failed while running: {_describe(exc)}"
             ) from None
 
-    def _check_once(self, side: Side, seed: int, phase: str) -> CorrectnessCheck:
-        ref_args = self._fill(seed, side.zeroed)
+    def _check_once(self, side: Side, seed: int, phase: str, outputs: str = "poisoned") -> CorrectnessCheck:
+        ref_args = self._fill(seed, side.zeroed, outputs)
         before = {s.name: self.tensors[s.name].clone() for s in self.specs if s.role == "input"}
-        expected = self._expected(ref_args)
         self._launch_checked(side, side.launcher.bind({**self.tensors, **self.scalars}), phase)
+        self._watching().check(f"after the checked launch on seed {seed}", side.name if side.prefix else None)
+        # The reference's answers exist only once the kernel has run, and are scrubbed before it runs
+        # again: its code cannot find them among live objects (gc) or in freed memory.
+        expected = self._expected(ref_args)
         checks = tuple(compare(name, self.tensors[name], expected[name], self.tolerance) for name in expected)
+        _scrub(expected)
         changed = [name for name, copy in before.items() if not unchanged(copy, self.tensors[name])]
         passed = all(c.passed for c in checks) and not changed
         problems = [
@@ -409,7 +488,7 @@ class Harness:
         check = CorrectnessCheck(
             seed=seed,
             phase=phase,
-            output_init="zeroed" if side.zeroed else "poisoned",
+            output_init="zeroed" if side.zeroed else outputs,
             passed=passed,
             inputs_unchanged=not changed,
             buffers=checks,
@@ -418,7 +497,9 @@ class Harness:
         self.checks.append(check)
         return check
 
-    def _correctness(self, side: Side, seeds: Sequence[int], phase: str = "before_timing") -> None:
+    def _correctness(
+        self, side: Side, seeds: Sequence[int], phase: str = "before_timing", repeat: bool = True
+    ) -> None:
         has_pure_outputs = any(s.role == "output" for s in self.specs)
         for seed in seeds:
             check = self._check_once(side, seed, phase)
@@ -431,8 +512,28 @@ class Harness:
                 side.zeroed = False
             if not self.checks[-1].passed:
                 raise StageFailed(
-                    "failed", "correctness", f"{side.prefix}seed {seed}: {self.checks[-1].message}"
+                    "failed",
+                    "correctness",
+                    f"{side.prefix}seed {seed}: {self.checks[-1].message}",
+                    "wrote_inputs" if not self.checks[-1].inputs_unchanged else "wrong_output",
                 )
+        if repeat and seeds and not side.zeroed:
+            self._repeat_check(side, seeds[-1], phase)
+
+    def _repeat_check(self, side: Side, seed: int, phase: str) -> None:
+        """The launch before, again: the very same inputs (contents and pointers), its outputs holding
+        finite values instead of NaN. A kernel that skips or replays work when its inputs look unchanged
+        leaves them there."""
+        check = self._check_once(side, seed, phase, outputs="decoy")
+        if not check.passed:
+            raise StageFailed(
+                "failed",
+                "correctness",
+                f"{side.prefix}seed {seed} again, on the very inputs of the launch before and with its "
+                "outputs holding finite values instead of NaN, the kernel's outputs were wrong: it skips or "
+                f"replays work when its inputs look unchanged ({check.message})",
+                "replay" if check.inputs_unchanged else "wrote_inputs",
+            )
 
     def _recheck(self, side: Side, seed: int, after: str) -> None:
         check = self._check_once(side, seed, "after_timing")
@@ -442,7 +543,37 @@ class Harness:
                 "recheck",
                 f"{side.prefix}after {after}, with fresh inputs in the same buffers, the kernel's output no "
                 f"longer matches the reference: {check.message}",
+                "wrong_after_timing",
             )
+        self._watching().check(f"after {after}", side.name if side.prefix else None)
+
+    def _audit(self, side: Side, args: dict, seed: int, what: str) -> None:
+        """One timed launch, picked after it ran, checked against the reference on exactly the inputs it
+        saw (made again from its seed); its outputs are still where it wrote them."""
+        feed = self._feed()
+        inputs = feed.inputs_for(seed, args)
+        ref_args: dict = {name: tensor.clone() for name, tensor in inputs.items()}
+        ref_args.update({s.name: torch.zeros_like(args[s.name]) for s in feed.outputs})
+        ref_args.update(self.scalars)
+        expected = self._expected(ref_args)
+        checks = [compare(name, args[name], expected[name], self.tolerance) for name in expected]
+        _scrub(expected)
+        changed = [
+            s.name for s in self.specs if s.role == "input" and not unchanged(inputs[s.name], args[s.name])
+        ]
+        if all(c.passed for c in checks) and not changed:
+            return
+        problems = [
+            f"{c.buffer}: {c.mismatches}/{c.numel} elements wrong" + (f" ({c.note})" if c.note else "")
+            for c in checks
+            if not c.passed
+        ] + ([f"it wrote into input(s) {', '.join(changed)}"] if changed else [])
+        raise Violation(
+            "audit_failed",
+            f"{side.prefix}{what}, picked at random after it ran and checked on its own fresh inputs, was "
+            f"wrong: {'; '.join(problems)}. A kernel that skips, replays, caches or defers work fails here",
+            side.name if side.prefix else None,
+        )
 
     # -- timing ------------------------------------------------------------------------------------
     def _probe(self, clock: Clock, single: Fn) -> Probe:
@@ -468,26 +599,62 @@ class Harness:
             f"start event held {probe.hold_us:.0f} us behind a spin kernel" if self.device == "cuda" else ""
         )
 
-    def _per_launch_timer(self, probe: Probe) -> Timer:
+    def _guard(self, side: Side | None, sets: list[dict]) -> Guard:
+        """Fresh inputs before every sample over ``sets``; for a kernel (``side``) the audits too, none
+        for the reference."""
+        audit = None
+        if side is not None:
+
+            def audit(args: dict, seed: int, what: str) -> None:
+                self._audit(side, args, seed, what)
+
+        return Guard(
+            self._feed(),
+            sets,
+            side.zeroed if side is not None else False,
+            audit,
+            self._watching(),
+            side.name if side is not None and side.prefix else None,
+        )
+
+    def _per_launch_timer(
+        self, probe: Probe, args: dict, side: Side | None, bind: Callable[[dict], Fn]
+    ) -> Timer:
         flush = self._flusher()
         l2 = "warm" if flush is None else f"cold (read {self._flush_bytes >> 20} MiB between launches)"
-        return Timer(probe, probe.single, launches=1, mode="per_launch", l2=l2, flush=flush)
+        return Timer(
+            probe,
+            probe.single,
+            launches=1,
+            mode="per_launch",
+            l2=l2,
+            flush=flush,
+            guard=self._guard(side, [args]),
+            single=bind,
+        )
 
     def _rotation(self, args: dict, estimate_ms: float) -> tuple[list[dict], str]:
-        """The argument sets one graph or batch runs through (rotating over copies of the inputs that
-        together exceed the L2, when it must be cold), sized to run ``batch_target_ms`` at
-        ``estimate_ms`` per launch; and how the L2 is made cold."""
-        set_bytes = sum(v.numel() * v.element_size() for v in args.values() if isinstance(v, torch.Tensor))
-        sets = self._arg_sets(self._rotation_sets(set_bytes), args)
-        per_sample = max(len(sets), math.ceil(self.options.batch_target_ms / max(estimate_ms, 1e-4)))
-        per_sample = min(MAX_LAUNCHES_PER_SAMPLE, math.ceil(per_sample / len(sets)) * len(sets))
-        sequence = [sets[i % len(sets)] for i in range(per_sample)]
-        l2 = (
-            f"cold (rotating {len(sets)} input sets)"
-            if len(sets) > 1
-            else ("warm" if self.options.l2 == "warm" else "warm (one input set)")
+        """The argument sets one graph or batch runs through, one set a launch (each launch of a sample
+        has buffers and contents of its own; all of them are made fresh before every sample), sized to
+        run ``batch_target_ms`` at ``estimate_ms`` a launch as far as memory allows; and how the L2 is
+        made cold (a flush after the fresh contents are written) or kept warm (sets that fit in half of
+        it, written just before)."""
+        set_bytes = max(
+            1, sum(v.numel() * v.element_size() for v in args.values() if isinstance(v, torch.Tensor))
         )
-        return sequence, l2
+        wanted = max(1, math.ceil(self.options.batch_target_ms / max(estimate_ms, 1e-4)))
+        cap = PROVIDED_MAX_SETS if self.provider is not None else ROTATION_MAX_SETS
+        affordable = max(1, ROTATION_MAX_BYTES // set_bytes)
+        cold = self._flusher() is not None
+        if not cold and self.device == "cuda":
+            affordable = min(affordable, max(1, (self.l2_bytes // 2) // set_bytes))
+        count = max(1, min(wanted, affordable, cap, MAX_LAUNCHES_PER_SAMPLE))
+        sets = self._arg_sets(count, args)
+        if cold:
+            l2 = f"cold ({count} fresh input sets a sample, then {self._flush_bytes >> 20} MiB read)"
+        else:
+            l2 = f"warm ({count} fresh input sets a sample, written just before)"
+        return sets, l2
 
     def _repeated_timer(
         self,
@@ -498,12 +665,24 @@ class Harness:
         sequence: list[dict],
         l2: str,
         note: str,
+        side: Side | None = None,
     ) -> Timer:
         """A timer over ``sequence``: one graph replay when ``replay`` holds it, else a batch of plain
         launches."""
+        guard = self._guard(side, sequence)
+        flush = self._flusher()
         if replay is not None:
             return Timer(
-                probe, replay.launch, launches=replay.launches, mode=mode, l2=l2, note=note, replay=replay
+                probe,
+                replay.launch,
+                launches=replay.launches,
+                mode=mode,
+                l2=l2,
+                note=note,
+                replay=replay,
+                flush=flush,
+                guard=guard,
+                single=bind,
             )
         calls = [bind(s) for s in sequence]
 
@@ -513,49 +692,176 @@ class Harness:
 
         # A batch takes the host longer to enqueue than one launch: hold the start event longer.
         note += f"; batch held {spin_for(probe.clock, body):.0f} us" if self.device == "cuda" else ""
-        return Timer(probe, body, launches=len(calls), mode=mode, l2=l2, note=note)
+        return Timer(
+            probe,
+            body,
+            launches=len(calls),
+            mode=mode,
+            l2=l2,
+            note=note,
+            flush=flush,
+            guard=guard,
+            single=bind,
+        )
 
-    def _timer(self, clock: Clock, bind: Callable[[dict], Fn], args: dict, capture) -> Timer:
+    def _timer(
+        self, clock: Clock, bind: Callable[[dict], Fn], args: dict, capture, side: Side | None
+    ) -> Timer:
         """One function prepared for sampling as the options say: per launch with an L2 flush between
-        launches, or, for launches of a few microseconds, as graph replays or batches rotating over input
-        copies."""
+        launches, or, for launches of a few microseconds, as graph replays or batches over input sets of
+        their own; every timed launch on fresh inputs."""
         probe = self._probe(clock, bind(args))
         mode = self._mode_for([probe.estimate_ms], capture is not None)
         if mode == "per_launch":
-            return self._per_launch_timer(probe)
+            return self._per_launch_timer(probe, args, side, bind)
         sequence, l2 = self._rotation(args, probe.estimate_ms)
         note = self._spin_note(probe)
         replay = capture(sequence) if mode == "graph" else None
         if mode == "graph" and replay is None:
             mode, note = "batched", "graph capture was not possible; timed batches of plain launches"
-        timer = self._repeated_timer(probe, mode, bind, replay, sequence, l2, note)
+        timer = self._repeated_timer(probe, mode, bind, replay, sequence, l2, note, side)
         timer.warm(min(self.options.warmup_ms, 50.0))
         return timer
 
     def _measure(
-        self, clock: Clock, bind: Callable[[dict], Fn], args: dict, capture, what: str
-    ) -> TimingStats:
-        """Time one function until its median is stable (or the budget runs out)."""
-        timer = self._timer(clock, bind, args, capture)
-        samples = sample_until_stable(timer.take, self.options)
-        timer.close()
-        stats = timer.summarize(samples)
-        self._valid_timing(stats, samples, what)
-        return stats
+        self,
+        clock: Clock,
+        bind: Callable[[dict], Fn],
+        args: dict,
+        capture,
+        what: str,
+        side: Side | None = None,
+    ) -> tuple[TimingStats, Defences]:
+        """Time one function until its median is stable (or the budget runs out); then, for a kernel
+        (``side``), the repeat trap, the stream check and the watch."""
+        timer = self._timer(clock, bind, args, capture, side)
+        try:
+            samples = sample_until_stable(timer.take, self.options, timer.spent_outside)
+            stats = timer.summarize(samples)
+            self._valid_timing(stats, samples, what)
+            defences = self._after_timing(timer, stats, side)
+        finally:
+            timer.close()
+        return stats, defences
+
+    def _after_timing(self, timer: Timer, stats: TimingStats, side: Side | None) -> Defences:
+        """What the timed samples leave to check: the repeat trap and the stream check (a kernel's only),
+        and the watch; the record of all of it."""
+        guard = timer.guard
+        assert guard is not None
+        start = time.perf_counter()
+        watch = self._watching()
+        repeat, residue, profiled, note = None, None, None, ""
+        if side is not None:
+            repeat = self._repeat_trap(timer, stats, side)
+            residue, profiled, note = self._stream_check(timer, stats, side)
+            watch.check("after timing", guard.side)
+        timer.defence_s += time.perf_counter() - start
+        cost = timer.spent_outside()
+        return Defences(
+            fresh_inputs=guard.feed.describe(),
+            launches=guard.launches,
+            audits=len(guard.audited),
+            audited=tuple(guard.audited),
+            repeat_median_ms=repeat,
+            fresh_median_ms=stats.median_ms,
+            residue_ms=residue,
+            profiled_ms=profiled,
+            stream_note=note,
+            persisting_l2=watch.l2_note,
+            watched=watch.describe(),
+            cost_s=cost,
+            cost_ms_per_launch=cost * 1e3 / max(1, guard.launches),
+        )
+
+    def _repeat_trap(self, timer: Timer, stats: TimingStats, side: Side) -> float:
+        """Pairs of samples: one on fresh inputs, then one on those same inputs with the outputs left as
+        the kernel wrote them (what a harness that reuses its buffers gives), back to back so that drift
+        cancels. A kernel clearly faster on the second skips or replays work on inputs it has seen.
+        Returns the median per-launch time on the repeated inputs."""
+        guard = timer.guard
+        assert guard is not None
+        fresh, repeat = [], []
+        audits = guard.audit_off()
+        try:
+            for _ in range(REPEAT_SAMPLES):
+                fresh.append(timer.take()[0] / timer.launches)
+                guard.fresh = False
+                try:
+                    repeat.append(timer.take()[0] / timer.launches)
+                finally:
+                    guard.fresh = True
+        finally:
+            guard.audit_on(audits)
+        ratio = statistics.median(r / f for r, f in zip(repeat, fresh, strict=True) if f > 0)
+        repeat_ms, fresh_ms = statistics.median(repeat), statistics.median(fresh)
+        if ratio < REPEAT_RATIO and fresh_ms - repeat_ms > REPEAT_MIN_MS:
+            raise Violation(
+                "replay",
+                f"{side.prefix}on inputs it had just seen the kernel ran {1 / ratio:.2f}x faster "
+                f"({repeat_ms:.4f} ms a launch) than on fresh ones ({fresh_ms:.4f} ms), sample by sample: "
+                "it skips or replays work when its inputs repeat",
+                guard.side,
+            )
+        return repeat_ms
+
+    def _stream_check(
+        self, timer: Timer, stats: TimingStats, side: Side
+    ) -> tuple[float | None, float | None, str]:
+        """GPU work the timing did not see: what is still running when solve has returned (work left on
+        another stream or behind), and, when solve's host call is long beside its timed GPU time, every
+        kernel's time on every stream as CUPTI records it (work that ran on another stream while the timed
+        one was held). (residue ms, profiled ms, note)."""
+        if self.device != "cuda" or timer.single is None:
+            return None, None, "no GPU: no stream to escape to"
+        guard = timer.guard
+        assert guard is not None
+        args = guard.sets[0]
+        call = timer.single(args)
+        flush = self._flusher()
+
+        def prepare(_: int) -> None:
+            guard.feed.fill(args, guard.zeroed)
+            if flush is not None:
+                flush()
+
+        residue, enqueue = residue_ms([call] * 3, prepare)
+        limit = ESCAPE_RATIO * stats.median_ms + ESCAPE_MIN_MS
+        if residue > limit:
+            raise Violation(
+                "escaped_stream",
+                f"{side.prefix}{residue:.3f} ms of GPU work was still running after solve returned, against "
+                f"{stats.median_ms:.3f} ms timed a launch: work left on another stream (or behind) escapes "
+                "the timing",
+                guard.side,
+            )
+        note = f"residue {residue:.4f} ms after solve returned; host call {enqueue:.4f} ms"
+        if enqueue <= max(2 * stats.median_ms, stats.median_ms + ESCAPE_MIN_MS):
+            return residue, None, note
+        try:
+            profiled, streams = profiled_kernel_ms([call] * 3)
+        except Exception as exc:  # noqa: BLE001 - the profiler is a second reading, not a requirement
+            return residue, None, f"{note}; the profiler could not run: {_describe(exc)}"
+        if profiled > limit:
+            raise Violation(
+                "escaped_stream",
+                f"{side.prefix}the kernel's GPU work, on every stream as CUPTI recorded it, took "
+                f"{profiled:.3f} ms a launch against {stats.median_ms:.3f} ms timed (its host call took "
+                f"{enqueue:.3f} ms; streams {', '.join(streams)}): work ran where the timing did not see it",
+                guard.side,
+            )
+        return (
+            residue,
+            profiled,
+            f"{note}; profiled {profiled:.4f} ms a launch on streams {', '.join(streams)}",
+        )
 
     def _valid_timing(self, stats: TimingStats, samples: Samples, what: str) -> None:
         escaped = escaped_work(stats, samples)
         if escaped:
-            raise StageFailed("failed", "timing", f"{what}: {escaped}")
+            raise StageFailed("failed", "timing", f"{what}: {escaped}", "escaped_stream")
         if not stats.median_ms > 0:
             raise StageFailed("failed", "timing", f"{what}: median time {stats.median_ms} ms is not positive")
-
-    def _rotation_sets(self, set_bytes: int) -> int:
-        if self.options.l2 != "cold" or self.device != "cuda" or set_bytes <= 0:
-            return 1
-        wanted = math.ceil(2 * self.l2_bytes / set_bytes)
-        affordable = max(1, ROTATION_MAX_BYTES // set_bytes)
-        return max(1, min(wanted, affordable, ROTATION_MAX_SETS))
 
     def _arg_sets(self, count: int, base: dict) -> list[dict]:
         sets = [base]
@@ -602,7 +908,7 @@ class WorkerRun(Harness):
         """One correctness check of the prepared kernel on ``seed`` (its launch errors reported as
         ``stage``); raises ``StageFailed`` when the kernel crashes or is wrong. The sanitize target's
         whole run."""
-        self._correctness(self._side(), (seed,), stage)
+        self._correctness(self._side(), (seed,), stage, repeat=False)
 
     def _side(self) -> Side:
         if self.kernel is None:
@@ -640,9 +946,20 @@ class WorkerRun(Harness):
             self.fields.update(status="ok", error_stage=None)
         except SystemExit as exc:  # exit() from the kernel or the reference ends the run, never silently
             stage = self.fields.get("error_stage") or "worker"
-            self.fields.update(status="failed", error_stage="worker", error=_exit_message(exc, stage))
+            self.fields.update(
+                status="failed", error_stage="worker", error=_exit_message(exc, stage), violation="exited"
+            )
+        except Violation as caught:
+            self.fields.update(
+                status="failed", error=caught.message, violation=caught.name, correctness_pass=False
+            )
         except StageFailed as failure:
-            self.fields.update(status=failure.status, error_stage=failure.stage, error=failure.message)
+            self.fields.update(
+                status=failure.status,
+                error_stage=failure.stage,
+                error=failure.message,
+                violation=failure.violation,
+            )
         except ConfigError as exc:
             self.fields.update(status="error", error_stage="reference", error=str(exc))
         except Exception as exc:  # anything else is kopt's or the environment's, said plainly
@@ -659,6 +976,7 @@ class WorkerRun(Harness):
         self.fields["device"] = self._open_device(launcher)
         self.kernel = Side("kernel", launcher, self._clock_for(launcher))
         self.ref = load_reference(self.request.reference)
+        self._watch_reference()
         self.fields["buffers"] = self._adopt(self._plan(artifact, launcher), artifact)
         self.fields["tolerance"] = self._tolerance(artifact)
         self.save()
@@ -678,8 +996,9 @@ class WorkerRun(Harness):
         self.fields["correctness_pass"] = True
         self.enter("timing")
 
-        kernel_stats = self._time_kernel(kernel)
+        kernel_stats, defences = self._time_kernel(kernel)
         self.fields["kernel_timing"] = kernel_stats
+        self.fields["defences"] = defences
         self.enter("recheck")
         try:
             self._recheck(kernel, self.options.recheck_seed, "timing")
@@ -694,11 +1013,16 @@ class WorkerRun(Harness):
             if ref_stats.median_ms > 0 and kernel_stats.median_ms > 0:
                 self.fields["speedup_vs_reference"] = ref_stats.median_ms / kernel_stats.median_ms
 
-    def _time_kernel(self, kernel: Side) -> TimingStats:
+    def _time_kernel(self, kernel: Side) -> tuple[TimingStats, Defences]:
         launcher = kernel.launcher
         try:
             stats = self._measure(
-                kernel.clock, launcher.bind, {**self.tensors, **self.scalars}, launcher.capture, "kernel"
+                kernel.clock,
+                launcher.bind,
+                {**self.tensors, **self.scalars},
+                launcher.capture,
+                "kernel",
+                kernel,
             )
             launcher.check()
         except (LaunchError, RuntimeError) as exc:
@@ -715,8 +1039,8 @@ class WorkerRun(Harness):
             return lambda: reference(**args)
 
         try:
-            return self._measure(self.reference_clock, bind, ref_args, None, "reference")
-        except StageFailed:
+            return self._measure(self.reference_clock, bind, ref_args, None, "reference")[0]
+        except (StageFailed, Violation):
             raise
         except Exception as exc:
             raise StageFailed(
@@ -748,6 +1072,8 @@ class PairedRun(Harness):
         self.blocks: list[PairedBlock] = []
         self.sides: dict[str, Side] = {}
         self.telemetry: GpuTelemetry | None = None
+        self.running: str | None = None  # the side whose samples are being taken
+        self.defences: dict[str, Defences] = {}
 
     def measurement(self) -> PairedMeasurement:
         return PairedMeasurement(
@@ -773,9 +1099,19 @@ class PairedRun(Harness):
             self.fields.update(status="ok", error_stage=None, failed_side=None)
         except SystemExit as exc:
             stage = self.fields.get("error_stage") or "worker"
-            self.fields.update(status="failed", error_stage="worker", error=_exit_message(exc, stage))
+            self.fields.update(
+                status="failed", error_stage="worker", error=_exit_message(exc, stage), violation="exited"
+            )
+        except Violation as caught:
+            side = caught.side or self.fields.get("failed_side") or self.running
+            self.fields.update(status="failed", error=caught.message, violation=caught.name, failed_side=side)
         except StageFailed as failure:
-            self.fields.update(status=failure.status, error_stage=failure.stage, error=failure.message)
+            self.fields.update(
+                status=failure.status,
+                error_stage=failure.stage,
+                error=failure.message,
+                violation=failure.violation,
+            )
         except ConfigError as exc:
             self.fields.update(status="error", error_stage="reference", error=str(exc))
         except Exception as exc:
@@ -808,16 +1144,20 @@ class PairedRun(Harness):
     def _prepare(self) -> None:
         a, b = self.paired.a, self.paired.b
         self.enter("load", "a")
-        launcher_a = self._load(a.artifact)
+        launcher_a = self._load(a.artifact, "a")
         self._open_device(launcher_a)
         self.enter("load", "b")
-        launcher_b = self._load(b.artifact)
+        launcher_b = self._load(b.artifact, "b")
         if launcher_b.device != self.device:
             raise StageFailed(
                 "error", "load", f"side a runs on {self.device} and side b on {launcher_b.device}: no pairing"
             )
         self.ref = load_reference(a.reference)
-        plan_a, plan_b = self._plan(a.artifact, launcher_a), self._plan(b.artifact, launcher_b)
+        self._watch_reference()
+        self.fields["failed_side"] = "a"
+        plan_a = self._plan(a.artifact, launcher_a)
+        self.fields["failed_side"] = "b"
+        plan_b = self._plan(b.artifact, launcher_b)
         if _layout(plan_a) != _layout(plan_b):
             raise StageFailed(
                 "error",
@@ -847,13 +1187,18 @@ class PairedRun(Harness):
         """Both sides warmed up and prepared in one mode, on the same tensors (and the same rotated input
         sets)."""
         args = {**self.tensors, **self.scalars}
-        probes = {
-            name: self._as_side(name, self._probe, side.clock, side.launcher.bind(args))
-            for name, side in self.sides.items()
-        }
+        probes = {}
+        for name, side in self.sides.items():
+            self.fields["failed_side"] = name  # a worker that dies warming this side up leaves its name
+            self.save(between_blocks=True)
+            probes[name] = self._as_side(name, self._probe, side.clock, side.launcher.bind(args))
+        self.fields["failed_side"] = None
         mode = self._mode_for([p.estimate_ms for p in probes.values()], can_capture=True)
         if mode == "per_launch":
-            timers = {name: self._per_launch_timer(probe) for name, probe in probes.items()}
+            timers = {
+                name: self._per_launch_timer(probe, args, self.sides[name], self.sides[name].launcher.bind)
+                for name, probe in probes.items()
+            }
         else:
             # One sequence for both, sized so that the faster side's sample still runs batch_target_ms.
             sequence, l2 = self._rotation(args, min(p.estimate_ms for p in probes.values()))
@@ -882,6 +1227,7 @@ class PairedRun(Harness):
                     sequence,
                     l2,
                     notes[name],
+                    side,
                 )
                 for name, side in self.sides.items()
             }
@@ -906,14 +1252,19 @@ class PairedRun(Harness):
             # Warm again right before the first block: preparing the timers left the GPU idle a moment.
             for name, timer in timers.items():
                 running = name
+                self._mark_running(name)
                 timer.warm(min(self.options.warmup_ms, 50.0))
             for index, order in enumerate(block_order(self.plan.blocks, self.plan.seed)):
                 first, second = order[0].lower(), order[1].lower()
                 before = self._reading()
-                running = first
+                running = self.running = first
+                self._mark_running(first)
                 one = [timers[first].take() for _ in range(per_block)]
-                running = second
+                self._watching().check(f"after side {first}'s samples of block {index + 1}", first)
+                running = self.running = second
+                self._mark_running(second)
                 two = [timers[second].take() for _ in range(per_block)]
+                self._watching().check(f"after side {second}'s samples of block {index + 1}", second)
                 after = self._reading()
                 self._add_block(index, order, {first: one, second: two}, timers, (before, after))
                 taken[first] += one
@@ -928,9 +1279,18 @@ class PairedRun(Harness):
             ) from None
         for name, timer in timers.items():
             samples = Samples([d for d, _ in taken[name]], [h for _, h in taken[name]], "blocks")
-            self.fields["failed_side"] = name
-            self._valid_timing(timer.summarize(samples), samples, f"side {name}")
-        self.fields["failed_side"] = None
+            self.fields["failed_side"] = self.running = name
+            stats = timer.summarize(samples)
+            self._valid_timing(stats, samples, f"side {name}")
+            self.defences[name] = self._after_timing(timer, stats, self.sides[name])
+            self.fields["defences"] = dict(self.defences)
+        self.fields["failed_side"] = self.running = None
+
+    def _mark_running(self, name: str) -> None:
+        """Say in the result file which side is being timed (a worker that dies now leaves it as
+        ``failed_side``): a rename, without fsync, a tenth of a millisecond between two halves."""
+        self.fields["failed_side"] = name
+        self.save(between_blocks=True)
 
     def _reading(self) -> TelemetrySample | None:
         return self.telemetry.sample() if self.telemetry is not None else None
@@ -958,6 +1318,35 @@ class PairedRun(Harness):
             )
         )
         self.save(between_blocks=True)
+
+
+def _decoy_(tensor: torch.Tensor, generator: torch.Generator) -> None:
+    """Fill an output with finite values that are not the answer (what a kernel that skips work when its
+    outputs look already written would leave in place)."""
+    if tensor.dtype.is_floating_point:
+        made = torch.randn(tensor.shape, generator=generator, device=tensor.device, dtype=torch.float32)
+        tensor.copy_(made.add_(3.0))
+    elif tensor.dtype == torch.bool:
+        tensor.copy_(torch.randint(0, 2, tensor.shape, generator=generator, device=tensor.device))
+    else:
+        tensor.copy_(torch.randint(1, 100, tensor.shape, generator=generator, device=tensor.device))
+
+
+def _scrub(expected: dict) -> None:
+    """Overwrite the reference's answers once compared, so that no copy of them is left in memory for a
+    kernel's code to find."""
+    for tensor in expected.values():
+        if isinstance(tensor, torch.Tensor):
+            buffer_plan.poison_(tensor)
+
+
+def _before_kernel_code() -> None:
+    """What kopt sets and starts before any kernel code runs, so that what is watched from then on is what
+    the kernel's code changed: float32 matmuls (the reference's too) never in TF32, and PyTorch's CPU
+    thread pool started (a first parallel operation starts it; later it would look like the kernel's)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.ones(1 << 18).sum()
 
 
 def _layout(plan: BufferPlan) -> list[tuple[str, str, tuple[int, ...], str]]:

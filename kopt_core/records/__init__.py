@@ -2,12 +2,14 @@
 
 from kopt_core.records.backend import BackendInfo, ProbeResult
 from kopt_core.records.bench import (
+    VIOLATIONS,
     BenchOptions,
     BenchRequest,
     BenchResult,
     BufferCheck,
     BufferReport,
     CorrectnessCheck,
+    Defences,
     DeviceInfo,
     Mismatch,
     TimingStats,
@@ -81,6 +83,7 @@ __all__ = [
     "BenchOptions",
     "BenchRequest",
     "BenchResult",
+    "Defences",
     "BranchOutcome",
     "BranchSpec",
     "BufferCheck",
@@ -131,6 +134,7 @@ __all__ = [
     "make_converter",
     "migrate",
     "read_attribution",
+    "VIOLATIONS",
     "read_bench_result",
     "read_document",
     "read_explore",

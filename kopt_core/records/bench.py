@@ -15,6 +15,24 @@ TimingMode = Literal["auto", "per_launch", "graph", "batched"]
 L2Mode = Literal["cold", "warm"]
 Status = Literal["ok", "failed", "error"]
 
+# Why a kernel failed, in one word: what bench.json, paired.json and explore.json say as ``violation``.
+# docs/measurement.md ("What a cheating kernel meets") says what catches each.
+VIOLATIONS: dict[str, str] = {
+    "wrong_output": "its outputs differ from the reference's on a checked launch",
+    "wrote_inputs": "it wrote into an input buffer",
+    "replay": "it skipped or replayed work on inputs it had already seen",
+    "audit_failed": "a timed launch, picked at random after it ran, was wrong on its own inputs",
+    "wrong_after_timing": "after timing, with fresh inputs, its outputs no longer match",
+    "escaped_stream": "GPU work ran outside the timed stream or after solve returned",
+    "threads_left": "threads it started were still running",
+    "patched_code": "its code changed a timing function, a check, kopt's own code or the reference",
+    "precision_switch": "its code changed a PyTorch precision switch (TF32, reduced-precision reductions)",
+    "persisting_l2": "it set aside persisting L2, which a flush between launches does not clear",
+    "inputs_not_fresh": "its setup() gives the same inputs for different seeds",
+    "exited": "it ended the worker process or told it to exit",
+    "launch_failed": "it could not be launched or failed while running",
+}
+
 
 @frozen
 class BenchOptions:
@@ -41,6 +59,27 @@ class BenchOptions:
 # the A/A noise, the search): every check bench makes, a shorter timing budget, and never the reference
 # again (the seed timed it). The paired comparison, not a single median, decides what is faster.
 LOOP_OPTIONS = BenchOptions(budget_s=1.0, warmup_ms=100.0, time_reference=False)
+
+
+@frozen
+class Defences:
+    """What one timed function met on its way to a time (docs/measurement.md, "What a cheating kernel
+    meets"): fresh inputs for every timed launch, audits, the repeat trap, the stream check, and what
+    its code had to leave as it found it."""
+
+    fresh_inputs: str  # how each timed launch got inputs it had not seen, or why it could not
+    launches: int = 0  # timed launches, each on fresh inputs with its outputs poisoned
+    audits: int = 0  # timed launches checked against the reference after they ran
+    audited: tuple[int, ...] = field(default=(), converter=as_tuple)  # which (0-based, in order)
+    repeat_median_ms: float | None = None  # the repeat trap: per launch, on inputs seen just before
+    fresh_median_ms: float | None = None  # the same function's median on fresh inputs
+    residue_ms: float | None = None  # GPU time left after solve returned (least of three launches)
+    profiled_ms: float | None = None  # every kernel's GPU time per launch, all streams (when measured)
+    stream_note: str = ""
+    persisting_l2: str = ""  # reset before every timed launch, or why it could not be
+    watched: str = ""  # what the kernel's code had to leave alone, and how often it was looked at
+    cost_s: float = 0.0  # wall seconds the defences took, outside the timed windows
+    cost_ms_per_launch: float = 0.0
 
 
 @frozen
@@ -163,6 +202,7 @@ class BenchResult:
     timing_valid: bool = False
     error: str | None = None
     error_stage: str | None = None  # load | reference | correctness | timing | recheck | worker
+    violation: str | None = None  # why it failed, one of VIOLATIONS (None: it did not fail)
     schema_version: int = BENCH_SCHEMA_VERSION
     reference_file: str = ""
     dims: dict[str, Any] = field(factory=dict)
@@ -174,6 +214,7 @@ class BenchResult:
     correctness: tuple[CorrectnessCheck, ...] = field(default=(), converter=as_tuple)
     kernel_timing: TimingStats | None = None
     reference_timing: TimingStats | None = None
+    defences: Defences | None = None  # the kernel timing's (None: not timed, or timed before v2)
     speedup_vs_reference: float | None = None
     workload: Workload | None = None
     options: BenchOptions = field(factory=BenchOptions)

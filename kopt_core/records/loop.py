@@ -98,6 +98,7 @@ class BranchOutcome:
     realised_shapes: dict[str, list[int]] = field(factory=dict)
     error: str | None = None
     error_stage: str | None = None  # contract | compile | correctness | timing | a sanitizer tool | ...
+    violation: str | None = None  # why its check or timing failed (records.bench.VIOLATIONS)
     bench: str | None = None  # its bench.json, relative to the iteration folder
     build_seconds: float | None = None
     cache_hit: bool = False  # the build came from the run's build cache (never a timing cache)

@@ -12,6 +12,7 @@ import os
 
 from attrs import field, frozen
 
+from kopt_core.records.bench import Defences
 from kopt_core.records.fields import as_tuple
 from kopt_core.records.versions import PAIRED_SCHEMA_VERSION, read_document
 
@@ -56,12 +57,14 @@ class PairedMeasurement:
     error: str | None = None
     error_stage: str | None = None
     failed_side: str | None = None  # "a" | "b" | None
+    violation: str | None = None  # why the failed side failed (records.bench.VIOLATIONS)
     mode: str = ""  # per_launch | graph | batched (how a block's samples were taken)
     l2: str = ""
     seed: int = 0  # the seed of the block order
     blocks: tuple[PairedBlock, ...] = field(default=(), converter=as_tuple)
     telemetry_available: bool = False
     telemetry_note: str = ""  # why not, when not
+    defences: dict[str, Defences] = field(factory=dict)  # by side ("a", "b")
     worker_seconds: float = 0.0
     schema_version: int = PAIRED_SCHEMA_VERSION
 

@@ -35,9 +35,9 @@ ENV_SCHEMA_VERSION = 2  # env.json (the gate's; state.json carries a copy)
 STOP_SCHEMA_VERSION = 1  # stop.json
 OPTIMIZE_SCHEMA_VERSION = 1  # optimize.json: how `kopt optimize` was started
 # what a step measured
-BENCH_SCHEMA_VERSION = 1  # bench.json
+BENCH_SCHEMA_VERSION = 2  # bench.json
 BUILD_SCHEMA_VERSION = 1  # an Artifact, persisted on its own as a build cache entry's build.json
-PAIRED_SCHEMA_VERSION = 1  # paired.json: a paired measurement and the comparison drawn from it
+PAIRED_SCHEMA_VERSION = 2  # paired.json: a paired measurement and the comparison drawn from it
 PROFILE_SCHEMA_VERSION = 1  # profile.json
 CEILINGS_SCHEMA_VERSION = 1  # the device ceilings (env.json's, or a file of `kopt_core.roofline.ceilings`)
 ROOFLINE_SCHEMA_VERSION = 1  # roofline.json
@@ -195,9 +195,24 @@ def selection_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------ the table
 
+
 # document kind -> {from_version: function(dict) -> dict at from_version + 1}. No v3 -> v4 migration of
 # state.json: no v3 state.json was ever documented, so no field mapping can be justified.
+def bench_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """bench.json v1 -> v2: v2 adds ``violation`` and ``defences`` (fresh inputs for every timed launch,
+    audits, the repeat trap, the stream check). A v1 bench was timed without them: both stay absent (None),
+    which is what a v1 timing is, so a later step never takes it for one made under them."""
+    return dict(data)
+
+
+def paired_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """paired.json v1 -> v2: as bench.json's (``violation``, and ``defences`` by side, stay absent)."""
+    return dict(data)
+
+
 MIGRATIONS: dict[str, dict[int, Migration]] = {
+    "bench": {1: bench_v1_to_v2},
+    "paired": {1: paired_v1_to_v2},
     "state": {4: state_v4_to_v5, 5: state_v5_to_v6, 6: state_v6_to_v7},
     "env": {1: env_v1_to_v2},
     SELECTION_KIND: {1: selection_v1_to_v2},

@@ -256,7 +256,7 @@ def _bench_fields(result: BenchResult, folder: Path, bench_path: Path) -> dict:
         "bench": str(bench_path.relative_to(folder)),
     }
     if result.status != "ok":
-        fields.update(error=result.error, error_stage=result.error_stage)
+        fields.update(error=result.error, error_stage=result.error_stage, violation=result.violation)
     return fields
 
 

@@ -126,7 +126,8 @@ def test_a_worker_that_died_while_idle_is_not_charged_to_the_next_candidate(requ
 
 def test_a_worker_broken_by_an_earlier_candidate_is_not_charged_to_the_next(request_for):
     # A correct kernel whose module, once imported, makes the worker die at its next command before that
-    # command writes anything: the next candidate is sent again, to a fresh worker.
+    # command writes anything: the patch itself fails the kernel (its code replaced kopt's), the worker
+    # it leaves is not trusted again, and the next candidate runs in a fresh worker.
     saboteur = request_for(
         "saboteur.py",
         """\
@@ -143,7 +144,9 @@ def test_a_worker_broken_by_an_earlier_candidate_is_not_charged_to_the_next(requ
         """,
     )
     with WorkerExecutor() as executor:
-        assert executor.bench(saboteur).status == "ok"
+        caught = executor.bench(saboteur)
+        assert (caught.status, caught.violation) == ("failed", "patched_code"), caught.error
+        assert "kopt_core.bench.worker._run_command" in caught.error
         after = executor.bench(request_for("saxpy.py"))
         assert executor.workers_started == 2
     assert after.status == "ok", after.error

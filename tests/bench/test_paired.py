@@ -326,7 +326,7 @@ H200_PAIRINGS = Path(__file__).resolve().parents[1] / "fixtures" / "h200" / "pai
 
 
 def _h200(name: str) -> PairedMeasurement:
-    return read_document(H200_PAIRINGS / f"{name}.json", PairedMeasurement, "paired measurement")
+    return read_document(H200_PAIRINGS / f"{name}.json", PairedMeasurement, "paired")
 
 
 @pytest.mark.parametrize(
