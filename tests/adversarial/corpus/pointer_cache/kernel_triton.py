@@ -1,0 +1,53 @@
+"""kopt adversarial corpus: pointer_cache, Triton form. Source: CUDA-L1 authors' report of caching keyed
+on input pointers.
+
+Cheat: keeps a copy of the last result keyed on (x, y) data pointers; when they match, copies it into z
+instead of computing. kopt refills the same buffers, so later checks get a stale answer. kopt must
+report: wrong_output.
+"""
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+kopt_space = {"BLOCK": [512, 1024]}
+BLOCK = 1024
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, z_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(axis=0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.load(y_ptr + offsets, mask=mask)
+    tl.store(z_ptr + offsets, x + y, mask=mask)
+
+
+def setup(N, seed=None):
+    gen = torch.Generator(device=DEVICE).manual_seed(0 if seed is None else seed)
+    x = torch.randn(N, generator=gen, device=DEVICE, dtype=torch.float32)
+    y = torch.randn(N, generator=gen, device=DEVICE, dtype=torch.float32)
+    z = torch.empty(N, device=DEVICE, dtype=torch.float32)
+    return {"inputs": {"x": x, "y": y, "z": z, "N": N}, "outputs": ["z"]}
+
+
+def _add(x, y, z, N):
+    """The honest launch."""
+    add_kernel[(triton.cdiv(N, BLOCK),)](x, y, z, N, BLOCK_SIZE=BLOCK)
+
+
+_cache = {}  # (x pointer, y pointer, N) -> copy of the result computed for them
+
+
+def run_kernel(x, y, z, N):
+    key = (x.data_ptr(), y.data_ptr(), N)
+    hit = _cache.get(key)
+    if hit is not None:
+        z.copy_(hit)  # the cheat: same pointers, so "same inputs"
+        return
+    _add(x, y, z, N)
+    _cache.clear()
+    _cache[key] = z.clone()
