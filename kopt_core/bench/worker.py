@@ -452,6 +452,8 @@ class Harness:
     def _launch_checked(self, side: Side, fn: Fn, what: str) -> None:
         try:
             fn()
+            # Right as solve returns: a thread it started to do the work is still running now.
+            self._watching().check_threads("right after solve returned", side.name if side.prefix else None)
             side.clock.sync()
             side.launcher.check()
         except (LaunchError, RuntimeError) as exc:
@@ -1343,10 +1345,12 @@ def _scrub(expected: dict) -> None:
 def _before_kernel_code() -> None:
     """What kopt sets and starts before any kernel code runs, so that what is watched from then on is what
     the kernel's code changed: float32 matmuls (the reference's too) never in TF32, and PyTorch's CPU
-    thread pool started (a first parallel operation starts it; later it would look like the kernel's)."""
+    thread pool and the CUDA context started (both start threads, which later would look like the
+    kernel's)."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.ones(1 << 18).sum()
+    _open_cuda_context()  # the driver's own threads start with the context
 
 
 def _layout(plan: BufferPlan) -> list[tuple[str, str, tuple[int, ...], str]]:
