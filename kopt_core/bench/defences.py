@@ -159,9 +159,14 @@ class Feed:
 
 def check_setup_varies(provider: InputsProvider, dims: dict[str, Any], source: str) -> None:
     """setup() must give different inputs for different seeds: kopt's fresh inputs come from it."""
-    first, second = provider(dict(dims), secret_seed())[0], provider(dict(dims), secret_seed())[0]
-    tensors = [name for name, value in first.items() if isinstance(value, torch.Tensor)]
-    inputs = [name for name in tensors if isinstance(second.get(name), torch.Tensor)]
+    (first, outputs), (second, _) = provider(dict(dims), secret_seed()), provider(dict(dims), secret_seed())
+    inputs = [
+        name
+        for name, value in first.items()
+        if isinstance(value, torch.Tensor)
+        and name not in outputs
+        and isinstance(second.get(name), torch.Tensor)
+    ]
     if inputs and all(
         first[name].shape == second[name].shape and bool(torch.equal(first[name], second[name]))
         for name in inputs
@@ -225,9 +230,11 @@ class Guard:
         self._audit = audit
 
     def after(self) -> None:
-        if not self.fresh:
-            return
         start = time.perf_counter()
+        self.watch.after_launch(self.side)
+        if not self.fresh:
+            self.cost_s += time.perf_counter() - start
+            return
         self.samples += 1
         odds = next(odds for upto, odds in AUDIT_ODDS if self.samples <= upto)
         if self._audit is not None and secrets.randbelow(odds) == 0:  # drawn now, after the sample ran
@@ -445,9 +452,15 @@ class Watch:
         self.values[label] = lambda: "" if read() == before else f"{label} was {before}, now {read()}"
 
     def before_launch(self, side: str | None = None) -> None:
+        """Before a timed launch: no persisting L2 set aside (checked), and every persisting line reset."""
         if self.l2 is None:
             return
-        size = self.l2.limit()
+        self.after_launch(side)
+        self.l2.clear()
+
+    def after_launch(self, side: str | None = None) -> None:
+        """Right after ``side``'s launch: had it set persisting L2 aside, it shows now."""
+        size = self.l2.limit() if self.l2 is not None else None
         if size:
             raise Violation(
                 "persisting_l2",
@@ -455,12 +468,12 @@ class Watch:
                 "lines it marks persisting survive the flush between timed launches",
                 side,
             )
-        self.l2.clear()
 
     def check(self, when: str, side: str | None = None, timing_only: bool = False) -> None:
         """Raise a Violation when anything watched changed; ``timing_only``: of the functions, only those
         the timing calls (between samples)."""
         self.checks += 1
+        self.after_launch(side)
         now = identities(self.extra, timing_only)
         changed = sorted(k for k, v in self.identities.items() if k in now and now[k] != v)
         gone = [] if timing_only else sorted(k for k in self.identities if k not in now)
