@@ -165,7 +165,11 @@ def parse_result(stdout: str) -> dict[str, Any] | None:
             document = json.loads(text[start:])
         except json.JSONDecodeError:
             continue
-        return document if isinstance(document, dict) else None
+        if not isinstance(document, dict):
+            return None
+        # kopt's --json envelope ({"ok", "command", "result", ...}) holds the BenchResult as "result"
+        inner = document.get("result")
+        return inner if isinstance(inner, dict) and "kernel_timing" in inner else document
     return None
 
 

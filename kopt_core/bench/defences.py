@@ -252,17 +252,23 @@ class Guard:
 WATCHED_PREFIXES = ("kopt_core", "kopt_cuda", "kopt_triton", "kopt_cutlass")
 
 
-def _code_of(value: Any) -> int:
+def _code_of(value: Any) -> Any:
     inner = getattr(value, "__func__", value)  # staticmethod, classmethod, bound method
-    code = getattr(inner, "__code__", None)
-    return id(code) if code is not None else 0
+    return getattr(inner, "__code__", None)
 
 
 def _watched(value: Any) -> bool:
     return callable(value) or isinstance(value, (staticmethod, classmethod, property))
 
 
-def _namespace(label: str, space: Any, into: dict[str, tuple[int, int]], depth: int = 1) -> None:
+Identity = tuple[Any, Any]  # (the object, its code): held, so that neither id can be reused meanwhile
+
+
+def _same(a: Identity, b: Identity) -> bool:
+    return a[0] is b[0] and a[1] is b[1]
+
+
+def _namespace(label: str, space: Any, into: dict[str, Identity], depth: int = 1) -> None:
     try:
         items = list(vars(space).items())
     except TypeError:
@@ -270,7 +276,7 @@ def _namespace(label: str, space: Any, into: dict[str, tuple[int, int]], depth: 
     for name, value in items:
         if not _watched(value):
             continue
-        into[f"{label}.{name}"] = (id(value), _code_of(value))
+        into[f"{label}.{name}"] = (value, _code_of(value))
         if (
             depth
             and isinstance(value, type)
@@ -312,7 +318,7 @@ def identities(
         if base is not None:
             shallow.append(("torch._C.TensorBase", base))
         prefixes = WATCHED_PREFIXES
-    found: dict[str, tuple[int, int]] = {}
+    found: dict[str, Identity] = {}
     for label, space in shallow:
         _namespace(label, space, found, depth=0)
     modules = [
@@ -475,7 +481,7 @@ class Watch:
         self.checks += 1
         self.after_launch(side)
         now = identities(self.extra, timing_only)
-        changed = sorted(k for k, v in self.identities.items() if k in now and now[k] != v)
+        changed = sorted(k for k, v in self.identities.items() if k in now and not _same(now[k], v))
         gone = [] if timing_only else sorted(k for k in self.identities if k not in now)
         if changed or gone:
             names = ", ".join((changed + gone)[:6]) + (" ..." if len(changed) + len(gone) > 6 else "")
