@@ -565,12 +565,16 @@ def residue_ms(calls: Sequence[Callable[[], object]], prepare: Callable[[int], N
     return max(0.0, min(left) - nothing), min(host)
 
 
+PROFILED = [False]  # whether this process has run the profiler (its worker is then not reused)
+
+
 def profiled_kernel_ms(calls: Sequence[Callable[[], object]]) -> tuple[float, list[str]]:
     """Every kernel's GPU time per call, on every stream, as CUPTI records it (PyTorch's profiler): the
     busy time of the device across ``calls`` (overlaps counted once) over their number; and the streams
     they ran on."""
     from torch.profiler import ProfilerActivity, profile
 
+    PROFILED[0] = True
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for call in calls:

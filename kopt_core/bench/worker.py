@@ -34,6 +34,7 @@ from kopt_core.bench.compare import compare, unchanged
 from kopt_core.bench.defences import (
     ESCAPE_MIN_MS,
     ESCAPE_RATIO,
+    PROFILED,
     REPEAT_MIN_MS,
     REPEAT_RATIO,
     REPEAT_SAMPLES,
@@ -1436,7 +1437,8 @@ def serve(commands_fd: int, replies_fd: int) -> int:
     (the dynamic loader keeps one per path, and ctypes never unloads), so a CUDA artifact benched twice in
     one worker keeps its static state; modules a kernel imports stay imported; environment variables it
     sets stay set. A command whose record is not ok, or after which ``_tidy`` fails (an unusable CUDA
-    context), ends this worker: the executor starts a fresh one."""
+    context), or in which the stream check ran PyTorch's profiler (CUPTI, once loaded, stays), ends this
+    worker: the executor starts a fresh one."""
     for fd in (commands_fd, replies_fd):
         os.set_inheritable(fd, False)  # not into what kernels start
     commands = os.fdopen(commands_fd, "r", encoding="utf-8")
@@ -1457,6 +1459,10 @@ def serve(commands_fd: int, replies_fd: int) -> int:
             state.restore()
             _run_command(command)
             healthy, note = _tidy()
+            if (
+                healthy and PROFILED[0]
+            ):  # CUPTI stays in a process once loaded: the next kernel gets a fresh one
+                healthy, note = False, "the stream check profiled a kernel in this worker (CUPTI is loaded)"
         except Exception as exc:  # kopt's own failure outside a run: this worker is not to be trusted
             traceback.print_exc()
             healthy, note = False, _describe(exc)
