@@ -156,6 +156,25 @@ def test_the_time_budget_stops_as_soon_as_it_is_spent(clock_time):
     assert samples.stop_reason == "time budget" and len(samples.device_ms) == 7  # exactly 7 s after 7
 
 
+def test_time_spent_outside_the_samples_is_not_counted_against_the_budget(clock_time):
+    """Each sample costs 1 s of the fake clock, and the defences between samples 2 s more (counted from
+    the first call of ``spent_outside``, which may start above zero): the 7 s budget buys 7 samples."""
+    options = BenchOptions(min_samples=1000, max_samples=100, rel_precision=1e-9, budget_s=7.0)
+    take = taker(clock_time, [1.0, 2.0])
+    spent = [5.0]  # what earlier timings left on the same counter
+
+    def sample() -> tuple[float, float]:
+        clock_time.now += 2.0
+        spent[0] += 2.0
+        return take()
+
+    samples = sample_until_stable(sample, options, lambda: spent[0])
+    assert samples.stop_reason == "time budget" and len(samples.device_ms) == 7
+    # without it, the same sampling stops after 3 (9 s of wall clock), 5 at the earliest
+    spent[0] = 5.0
+    assert len(sample_until_stable(sample, options).device_ms) == 5
+
+
 def test_never_more_than_max_samples(clock_time):
     options = BenchOptions(min_samples=10, max_samples=37, rel_precision=1e-9, budget_s=1e9)
     samples = sample_until_stable(taker(clock_time, [1.0, 2.0, 3.0, 0.5]), options)
