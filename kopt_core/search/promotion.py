@@ -49,8 +49,8 @@ def judge(result: BenchResult) -> TrialOutcome:
         stage, message = "timing", result.error or "the timing is not valid"
     else:
         stage, message = result.error_stage or result.status, result.error or f"status {result.status}"
-    caught = f"{result.violation}: " if result.violation else ""
-    return TrialOutcome("failed", detail=f"{stage}: {caught}{first_error_line(message)}")
+    caught = f" [{result.violation}]" if result.violation else ""
+    return TrialOutcome("failed", detail=f"{stage}: {first_error_line(message)}{caught}")
 
 
 class Evaluated(Protocol):

@@ -303,7 +303,9 @@ def test_a_pairing_whose_worker_dies_keeps_the_blocks_it_had_timed(request_for):
         measurement = executor.paired(request_for("saxpy.py"), dying, PLAN)
     assert measurement.status == "failed" and measurement.error_stage == "worker"
     assert "exit code 3" in measurement.error and "during stage blocks" in measurement.error
-    assert len(measurement.blocks) == 2 and measurement.failed_side is None  # both sides were being timed
+    # the side whose samples were being taken when the worker died is named
+    assert len(measurement.blocks) == 2 and measurement.failed_side == "b"
+    assert measurement.violation == "exited"
 
 
 def test_a_pairing_needs_one_reference_and_one_set_of_dims(request_for):

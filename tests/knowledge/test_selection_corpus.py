@@ -293,7 +293,8 @@ def interpreted(tmp_path_factory):
 def test_triton_case_is_correct_in_the_interpreter(interpreted, name):
     result = interpreted[name]
     assert result.status == "ok" and result.correctness_pass and result.timing_valid, result.error
-    assert [c.passed for c in result.correctness] == [True, True, True]  # seeds 0, 1 and the re-check
+    # seeds 0 and 1, seed 1 again with decoy outputs (the repeat check), and the re-check
+    assert [c.passed for c in result.correctness] == [True, True, True, True]
     assert result.backend_notes["interpreter"] is True
 
 

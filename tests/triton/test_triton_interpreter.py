@@ -53,7 +53,13 @@ def test_examples_pass_and_are_timed(pm, files, dims):
     result = bench(pm, *files, **dims)
     assert exit_code(result) == 0, result.error
     assert result.status == "ok" and result.correctness_pass and result.timing_valid
-    assert [(c.seed, c.passed) for c in result.correctness] == [(0, True), (1, True), (1_000_003, True)]
+    checked = [(c.seed, c.output_init, c.passed) for c in result.correctness]
+    assert checked == [
+        (0, "poisoned", True),
+        (1, "poisoned", True),
+        (1, "decoy", True),
+        (1_000_003, "poisoned", True),
+    ]
     assert result.kernel_timing.clock == "host" and result.kernel_timing.median_ms > 0
     assert all(b.sized_by == "setup()" for b in result.buffers)
     assert result.build.backend == "triton" and result.build.launcher == "kopt_triton.launch:load"
