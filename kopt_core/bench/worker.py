@@ -793,9 +793,7 @@ class Harness:
         for _ in range(2):
             repeat_ms, fresh_ms, ratio, faster = self._repeat_round(timer, guard)
             suspicious = (
-                ratio < REPEAT_RATIO
-                and fresh_ms - repeat_ms > REPEAT_MIN_MS
-                and faster * 2 >= REPEAT_SAMPLES
+                ratio < REPEAT_RATIO and fresh_ms - repeat_ms > REPEAT_MIN_MS and faster * 2 >= REPEAT_SAMPLES
             )
             if not suspicious:
                 return repeat_ms
