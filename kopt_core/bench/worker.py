@@ -78,6 +78,7 @@ from kopt_core.records import (
     Artifact,
     BenchRequest,
     BenchResult,
+    BufferCheck,
     BufferReport,
     BufferSpec,
     CorrectnessCheck,
@@ -303,6 +304,8 @@ class Harness:
         one); what they are, for the result."""
         self.specs, self.scalars, self.provider = plan.specs, plan.scalars, plan.provider
         self.inputs_source = artifact.source
+        # fresh inputs for timed launches: from a secret seed, through setup() when it makes them
+        self.feed = Feed(self.specs, self.device, self.provider, self.request.dims)
         return tuple(
             BufferReport(
                 name=s.name,
@@ -389,13 +392,6 @@ class Harness:
             for s in self.specs
         }
 
-    def _feed(self) -> Feed:
-        """Fresh inputs for timed launches: from a secret seed, through setup() when it makes them."""
-        feed = getattr(self, "_feed_made", None)
-        if feed is None:
-            feed = self._feed_made = Feed(self.specs, self.device, self.provider, self.request.dims)
-        return feed
-
     def _fill(self, seed: int, zeroed: bool, outputs: str = "poisoned") -> dict:
         """Refill the same buffers in place with fresh inputs (so a kernel that caches by pointer is
         caught) and poisoned (or zeroed, or for ``outputs="decoy"`` finite random) outputs. Returns the
@@ -475,10 +471,29 @@ class Harness:
         # The reference's answers exist only once the kernel has run, and are scrubbed before it runs
         # again: its code cannot find them among live objects (gc) or in freed memory.
         expected = self._expected(ref_args)
-        checks = tuple(compare(name, self.tensors[name], expected[name], self.tolerance) for name in expected)
-        _scrub(expected)
-        changed = [name for name, copy in before.items() if not unchanged(copy, self.tensors[name])]
+        checks, changed, problems = self._judge(self.tensors, expected, before)
         passed = all(c.passed for c in checks) and not changed
+        check = CorrectnessCheck(
+            seed=seed,
+            phase=phase,
+            output_init="zeroed" if side.zeroed else outputs,
+            passed=passed,
+            inputs_unchanged=not changed,
+            buffers=checks,
+            message="; ".join(problems),
+        )
+        self.checks.append(check)
+        return check
+
+    def _judge(
+        self, got: dict, expected: dict, before: dict
+    ) -> tuple[tuple[BufferCheck, ...], list[str], list[str]]:
+        """The outputs in ``got`` against the reference's ``expected`` (scrubbed once compared), and the
+        inputs against their copies in ``before``: (per-buffer checks, inputs written, problems in
+        words)."""
+        checks = tuple(compare(name, got[name], expected[name], self.tolerance) for name in expected)
+        _scrub(expected)
+        changed = [name for name, copy in before.items() if not unchanged(copy, got[name])]
         problems = [
             f"{c.buffer}: {c.mismatches}/{c.numel} elements outside atol={self.tolerance.atol:g} "
             f"rtol={self.tolerance.rtol:g}"
@@ -493,17 +508,7 @@ class Harness:
         ]
         if changed:
             problems.append(f"the kernel wrote into input buffer(s) {', '.join(changed)}")
-        check = CorrectnessCheck(
-            seed=seed,
-            phase=phase,
-            output_init="zeroed" if side.zeroed else outputs,
-            passed=passed,
-            inputs_unchanged=not changed,
-            buffers=checks,
-            message="; ".join(problems),
-        )
-        self.checks.append(check)
-        return check
+        return checks, changed, problems
 
     def _correctness(
         self, side: Side, seeds: Sequence[int], phase: str = "before_timing", repeat: bool = True
@@ -558,24 +563,15 @@ class Harness:
     def _audit(self, side: Side, args: dict, seed: int, what: str) -> None:
         """One timed launch, picked after it ran, checked against the reference on exactly the inputs it
         saw (made again from its seed); its outputs are still where it wrote them."""
-        feed = self._feed()
+        feed = self.feed
         inputs = feed.inputs_for(seed, args)
         ref_args: dict = {name: tensor.clone() for name, tensor in inputs.items()}
         ref_args.update({s.name: torch.zeros_like(args[s.name]) for s in feed.outputs})
         ref_args.update(self.scalars)
-        expected = self._expected(ref_args)
-        checks = [compare(name, args[name], expected[name], self.tolerance) for name in expected]
-        _scrub(expected)
-        changed = [
-            s.name for s in self.specs if s.role == "input" and not unchanged(inputs[s.name], args[s.name])
-        ]
+        before = {s.name: inputs[s.name] for s in self.specs if s.role == "input"}
+        checks, changed, problems = self._judge(args, self._expected(ref_args), before)
         if all(c.passed for c in checks) and not changed:
             return
-        problems = [
-            f"{c.buffer}: {c.mismatches}/{c.numel} elements wrong" + (f" ({c.note})" if c.note else "")
-            for c in checks
-            if not c.passed
-        ] + ([f"it wrote into input(s) {', '.join(changed)}"] if changed else [])
         raise Violation(
             "audit_failed",
             f"{side.prefix}{what}, picked at random after it ran and checked on its own fresh inputs, was "
@@ -617,7 +613,7 @@ class Harness:
                 self._audit(side, args, seed, what)
 
         return Guard(
-            self._feed(),
+            self.feed,
             sets,
             side.zeroed if side is not None else False,
             audit,

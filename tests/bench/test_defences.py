@@ -115,15 +115,17 @@ def test_a_watched_value_that_changes_is_named(watch):
 
 
 def test_audits_are_drawn_after_each_sample_and_early_samples_are_audited_more(watch, monkeypatch):
-    feed, args = Feed(SPECS, "cpu"), tensors()
+    """Three argument sets a sample, as in a graph replay: each audit gets one set and that set's seed."""
+    feed, sets = Feed(SPECS, "cpu"), [tensors() for _ in range(3)]
     audited: list[tuple[int, torch.Tensor]] = []
-    guard = Guard(feed, [args], False, lambda a, seed, what: audited.append((seed, a["x"].clone())), watch)
-    draws = iter([0, 1, 2, 3] * 10 + [5] * 1000)  # randbelow's answers: 0 means "audit this one"
+    guard = Guard(feed, sets, False, lambda a, seed, what: audited.append((seed, a["x"].clone())), watch)
+    draws = iter([0, 1, 2, 3, 4, 5, 6, 7] * 10 + [5] * 1000)  # randbelow's answers; 0 audits
     monkeypatch.setattr(defences.secrets, "randbelow", lambda n: next(draws) % n)
     for _ in range(40):
         guard.before()
         guard.after()
-    assert guard.launches == 40 and len(guard.audited) == len(audited) > 0
+    assert guard.launches == 40 * 3 and len(guard.audited) == len(audited) > 0
+    assert len({index % 3 for index in guard.audited}) > 1  # not always the same set
     # each audit is handed the seed of the very inputs the launch it checks ran on
-    assert all(torch.equal(feed.inputs_for(seed, args)["x"], x) for seed, x in audited)
-    assert all(index < 24 for index in guard.audited[:6])
+    assert all(torch.equal(feed.inputs_for(seed, sets[0])["x"], x) for seed, x in audited)
+    assert all(index < 24 * 3 for index in guard.audited[:6])
