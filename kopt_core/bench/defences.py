@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import torch
 
 from kopt_core.bench import buffers as buffer_plan
@@ -42,17 +43,67 @@ from kopt_core.records import BufferSpec
 # 1 in 32 up to the 600th, then 1 in 512 (a timing of 2000 samples audits about 29; a pairing's side of 20
 # samples about 7), drawn after the sample ran.
 AUDIT_ODDS = ((8, 2), (24, 4), (600, 32), (math.inf, 512))
-# The repeat trap: REPEAT_SAMPLES samples on the inputs of the launch before; a median below REPEAT_RATIO
-# of the fresh one (and at least REPEAT_MIN_MS less) is work skipped on inputs already seen.
+# The repeat trap: rounds of REPEAT_SAMPLES pairs (a sample on fresh inputs, then one on those same inputs).
+# A round is suspicious when the median of the pairs' repeat/fresh ratios is below REPEAT_RATIO, at least
+# REPEAT_PAIRS of its pairs are below it too, and the repeated median is at least REPEAT_MIN_MS less: work
+# skipped on inputs already seen. A clean first round ends the trap; otherwise two suspicious rounds of at
+# most three are a violation.
 REPEAT_SAMPLES = 10
-REPEAT_RATIO = 0.8
+REPEAT_RATIO = 0.9
+REPEAT_PAIRS = 6
 REPEAT_MIN_MS = 0.002
+REPEAT_ROUNDS = 3
 # The stream check: GPU time after solve returned (or on all streams, profiled) beyond ESCAPE_RATIO times
 # the timed median plus ESCAPE_MIN_MS ran where the timing did not see it.
 ESCAPE_RATIO = 1.5
 ESCAPE_MIN_MS = 0.02
 # Constant inits: a buffer made this way has the same contents for every seed.
 CONSTANT_INITS = ("zeros", "ones", "arange")
+
+
+@attrs.frozen
+class RepeatRound:
+    """One round of the repeat trap: the medians per launch on repeated and on fresh inputs, the median
+    of the pairs' ratios, how many pairs were below REPEAT_RATIO, and whether the round is suspicious."""
+
+    repeat_ms: float
+    fresh_ms: float
+    ratio: float
+    faster: int
+    pairs: int
+
+    @classmethod
+    def of(cls, repeat: Sequence[float], fresh: Sequence[float]) -> RepeatRound:
+        ratios = [r / f for r, f in zip(repeat, fresh, strict=True) if f > 0]
+        return cls(
+            repeat_ms=statistics.median(repeat),
+            fresh_ms=statistics.median(fresh),
+            ratio=statistics.median(ratios) if ratios else 1.0,
+            faster=sum(1 for r in ratios if r < REPEAT_RATIO),
+            pairs=len(repeat),
+        )
+
+    @property
+    def suspicious(self) -> bool:
+        return (
+            self.ratio < REPEAT_RATIO
+            and self.faster >= REPEAT_PAIRS * self.pairs / REPEAT_SAMPLES
+            and self.fresh_ms - self.repeat_ms >= REPEAT_MIN_MS
+        )
+
+
+def repeat_verdict(take_round: Callable[[], RepeatRound]) -> tuple[RepeatRound, bool]:
+    """Rounds of the repeat trap from ``take_round`` until they decide: a clean first round is innocent,
+    and so is a suspicious one that two more do not confirm; two suspicious rounds of at most
+    REPEAT_ROUNDS are a violation (noise on a busy machine does not repeat itself that way). (the last
+    round, whether the kernel replays work)."""
+    suspicious = rounds = 0
+    while True:
+        last = take_round()
+        rounds += 1
+        suspicious += last.suspicious
+        if suspicious == 0 or suspicious >= 2 or rounds >= REPEAT_ROUNDS:
+            return last, suspicious >= 2
 
 
 class Violation(Exception):

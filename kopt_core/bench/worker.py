@@ -35,15 +35,15 @@ from kopt_core.bench.defences import (
     ESCAPE_MIN_MS,
     ESCAPE_RATIO,
     PROFILED,
-    REPEAT_MIN_MS,
-    REPEAT_RATIO,
     REPEAT_SAMPLES,
     Feed,
     Guard,
+    RepeatRound,
     Violation,
     Watch,
     check_setup_varies,
     profiled_kernel_ms,
+    repeat_verdict,
     residue_ms,
 )
 from kopt_core.bench.executor import PairedRequest
@@ -781,29 +781,25 @@ class Harness:
     def _repeat_trap(self, timer: Timer, stats: TimingStats, side: Side) -> float:
         """Pairs of samples: one on fresh inputs, then one on those same inputs with the outputs left as
         the kernel wrote them (what a harness that reuses its buffers gives), back to back so that drift
-        cancels. A kernel clearly faster on the second, in most pairs and again in a second round (noise
-        on a busy machine does not repeat itself that way), skips or replays work on inputs it has seen.
-        Returns the median per-launch time on the repeated inputs."""
+        cancels, in rounds until ``repeat_verdict`` decides. A kernel clearly faster on the second, in
+        most pairs of two rounds, skips or replays work on inputs it has seen. Returns the median
+        per-launch time on the repeated inputs."""
         guard = timer.guard
         assert guard is not None
-        for _ in range(2):
-            repeat_ms, fresh_ms, ratio, faster = self._repeat_round(timer, guard)
-            suspicious = (
-                ratio < REPEAT_RATIO and fresh_ms - repeat_ms > REPEAT_MIN_MS and faster * 2 >= REPEAT_SAMPLES
-            )
-            if not suspicious:
-                return repeat_ms
+        last, replays = repeat_verdict(lambda: self._repeat_round(timer, guard))
+        if not replays:
+            return last.repeat_ms
         raise Violation(
             "replay",
-            f"{side.prefix}on inputs it had just seen the kernel ran {1 / ratio:.2f}x faster "
-            f"({repeat_ms:.4f} ms a launch) than on fresh ones ({fresh_ms:.4f} ms), in {faster} of "
-            f"{REPEAT_SAMPLES} pairs of samples, twice: it skips or replays work when its inputs repeat",
+            f"{side.prefix}on inputs it had just seen the kernel ran {1 / last.ratio:.2f}x faster "
+            f"({last.repeat_ms:.4f} ms a launch) than on fresh ones ({last.fresh_ms:.4f} ms), in "
+            f"{last.faster} of {last.pairs} pairs of samples, in two rounds: it skips or replays work when "
+            "its inputs repeat",
             guard.side,
         )
 
-    def _repeat_round(self, timer: Timer, guard: Guard) -> tuple[float, float, float, int]:
-        """One round of the trap: (repeated median, fresh median, median ratio, pairs faster on repeat
-        by more than the trap's ratio)."""
+    def _repeat_round(self, timer: Timer, guard: Guard) -> RepeatRound:
+        """One round of the trap: REPEAT_SAMPLES pairs of a fresh sample and a repeated one."""
         fresh, repeat = [], []
         audits = guard.audit_off()
         try:
@@ -816,9 +812,7 @@ class Harness:
                     guard.fresh = True
         finally:
             guard.audit_on(audits)
-        ratios = [r / f for r, f in zip(repeat, fresh, strict=True) if f > 0]
-        faster = sum(1 for r in ratios if r < REPEAT_RATIO)
-        return statistics.median(repeat), statistics.median(fresh), statistics.median(ratios or [1.0]), faster
+        return RepeatRound.of(repeat, fresh)
 
     def _stream_check(
         self, timer: Timer, stats: TimingStats, side: Side

@@ -129,3 +129,49 @@ def test_audits_are_drawn_after_each_sample_and_early_samples_are_audited_more(w
     # each audit is handed the seed of the very inputs the launch it checks ran on
     assert all(torch.equal(feed.inputs_for(seed, sets[0])["x"], x) for seed, x in audited)
     assert all(index < 24 * 3 for index in guard.audited[:6])
+
+
+def _round(repeat_ms: float, fresh_ms: float = 1.0, faster: int = 10, pairs: int = 10):
+    """A round of ``pairs`` pairs, ``faster`` of them at ``repeat_ms`` and the rest as fast as fresh."""
+    repeat = [repeat_ms] * faster + [fresh_ms] * (pairs - faster)
+    return defences.RepeatRound.of(repeat, [fresh_ms] * pairs)
+
+
+def test_a_repeat_round_is_suspicious_only_when_most_pairs_are_clearly_faster_by_enough():
+    ratio = defences.REPEAT_RATIO
+    assert _round(0.5).suspicious
+    assert _round(ratio * 0.99, faster=defences.REPEAT_PAIRS).suspicious
+    assert not _round(ratio * 1.01).suspicious  # not faster by enough
+    assert not _round(0.5, faster=defences.REPEAT_PAIRS - 1).suspicious  # too few pairs faster
+    # Faster in every pair, but by less than REPEAT_MIN_MS a launch: timer noise on a tiny kernel.
+    tiny = defences.REPEAT_MIN_MS
+    assert not _round(0.5 * tiny * 1.9, fresh_ms=tiny * 1.9).suspicious
+    assert _round(0.5 * tiny * 2.1, fresh_ms=tiny * 2.1).suspicious
+    # Slower on repeat is never suspicious, however many pairs.
+    assert not _round(2.0).suspicious
+    measured = _round(0.5, faster=8)
+    assert (measured.faster, measured.pairs, measured.fresh_ms) == (8, 10, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("rounds", "replays", "taken"),
+    [
+        ("c", False, 1),  # a clean first round ends the trap
+        ("ss", True, 2),
+        ("scs", True, 3),
+        ("scc", False, 3),
+        ("sccs", False, 3),  # never more than REPEAT_ROUNDS
+    ],
+)
+def test_the_repeat_verdict_needs_two_suspicious_rounds_of_three(rounds, replays, taken):
+    queue = [_round(0.5) if r == "s" else _round(1.0) for r in rounds]
+    it = iter(queue)
+    seen = []
+
+    def take():
+        seen.append(next(it))
+        return seen[-1]
+
+    last, verdict = defences.repeat_verdict(take)
+    assert (verdict, len(seen)) == (replays, taken)
+    assert last is seen[-1]
