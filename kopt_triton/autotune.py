@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import json
 
+from kopt_core.pysource import parse_module
 from kopt_triton.contract import autotune_sites
 
 # Pin keys that are bookkeeping, not triton.Config arguments.
@@ -111,7 +112,7 @@ def pin_source(source_text: str, pins: list[dict]) -> str:
     kept (so a pre_hook or the author's spelling survive); otherwise the config is written from the pin's
     values. Raises PinError when a pinned kernel has no autotune decorator in the source.
     """
-    tree = ast.parse(source_text)
+    tree = parse_module(source_text)
     sites = {site.function: site for site in autotune_sites(tree)}
     data = source_text.encode("utf-8")
     starts = _line_starts(data)

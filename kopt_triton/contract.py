@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kopt_core.errors import ConfigError
+from kopt_core.pysource import parse_module
 from kopt_core.records import KernelInterface, Param
 
 SETUP = "setup"
@@ -38,7 +39,7 @@ def read_tree(path: str | Path) -> tuple[str, ast.Module]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read kernel file {path}: {exc}") from None
     try:
-        tree = ast.parse(source, filename=str(path))
+        tree = parse_module(source, str(path))
     except SyntaxError as exc:
         where = f"{path}:{exc.lineno}" if exc.lineno else str(path)
         if path.suffix != ".py":  # e.g. --backend triton on a .cu file: not a Python typo to fix

@@ -20,6 +20,7 @@ from typing import Any
 from attrs import frozen
 
 from kopt_core.errors import ConfigError
+from kopt_core.pysource import parse_module
 from kopt_core.records.search import Config, Parameter, Space, Value
 from kopt_core.search.space import (
     SPACE_VARIABLE,
@@ -41,7 +42,7 @@ def read_autotune_space(text: str, source: str = "<source>") -> Space | None:
     declares ``kopt_space``, has no autotuned kernel, or is no Python (the core says what is wrong).
     ConfigError (file:line) for an autotune list that cannot be searched."""
     try:
-        tree = ast.parse(text, filename=source)
+        tree = parse_module(text, source)
     except SyntaxError:
         return None
     if SPACE_VARIABLE in module_assignments(tree):

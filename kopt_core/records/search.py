@@ -28,6 +28,7 @@ from typing import Any, Literal, Protocol, TypeAlias
 from attrs import field, frozen
 
 from kopt_core.errors import ConfigError
+from kopt_core.pysource import parse_expression
 from kopt_core.records.fields import as_tuple
 
 Value: TypeAlias = int | float | str | bool
@@ -100,7 +101,7 @@ class Constraint:
         if not text:
             raise ConfigError(f"{where}: empty constraint", hint=f"write an expression of: {_ALLOWED}")
         try:
-            tree = ast.parse(text, mode="eval")
+            tree = parse_expression(text)
         except SyntaxError as exc:
             raise ConfigError(
                 f"{where}: constraint `{text}` is not an expression: {exc.msg}",

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from kopt_core.errors import ConfigError
+from kopt_core.pysource import parse_module
 from kopt_core.records.search import (
     RESERVED_NAMES,
     Constraint,
@@ -255,7 +256,7 @@ def _check_macro_use(text: str, source: str, parameters: list[Parameter], skip: 
 def parse_py_space(text: str, source: str = "<source>") -> Space:
     """A Python file's ``kopt_space`` (and ``kopt_constraint``)."""
     try:
-        tree = ast.parse(text, filename=source)
+        tree = parse_module(text, source)
     except SyntaxError as exc:
         raise ConfigError(f"{source}:{exc.lineno}: syntax error: {exc.msg}") from None
     space_node = _single_assignment(tree, SPACE_VARIABLE, source)

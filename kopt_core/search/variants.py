@@ -20,7 +20,6 @@ Each configuration has a stable short id: the first 10 hex digits of the sha256 
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import re
@@ -32,6 +31,7 @@ from attrs import frozen
 
 from kopt_core.errors import ConfigError
 from kopt_core.jsonio import write_json, write_text_atomic
+from kopt_core.pysource import parse_module
 from kopt_core.records.search import Config, Space, Value
 from kopt_core.records.versions import VARIANT_SCHEMA_VERSION
 from kopt_core.search.space import CU_SUFFIXES, module_assignments, parse_cu_space, parse_py_space
@@ -206,7 +206,7 @@ def _render_assignments(space: Space, config: Config) -> str:
     starts = [0]
     for line in data.splitlines(keepends=True):  # \n, \r\n and \r, as Python's tokenizer splits
         starts.append(starts[-1] + len(line))
-    targets = module_assignments(ast.parse(space.text))
+    targets = module_assignments(parse_module(space.text))
     replacements = []
     for name, value in config.items():
         ((_, node),) = targets[name]  # parse_triton_space made sure there is exactly one

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from kopt_core import hookimpl
 from kopt_core.errors import ConfigError
+from kopt_core.pysource import parse_module
 from kopt_core.records import (
     Artifact,
     BackendInfo,
@@ -34,7 +35,7 @@ SCALAR_ANNOTATIONS = {"int": "int64", "float": "float64"}
 
 def parse_interface(path: Path) -> KernelInterface:
     try:
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = parse_module(path.read_text(), str(path))
     except SyntaxError as exc:
         raise ConfigError(f"{path}:{exc.lineno}: {exc.msg}") from None
     for node in tree.body:
