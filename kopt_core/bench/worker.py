@@ -34,7 +34,6 @@ from kopt_core.bench.compare import compare, unchanged
 from kopt_core.bench.defences import (
     ESCAPE_MIN_MS,
     ESCAPE_RATIO,
-    PROFILED,
     REPEAT_SAMPLES,
     Feed,
     Guard,
@@ -42,10 +41,9 @@ from kopt_core.bench.defences import (
     Violation,
     Watch,
     check_setup_varies,
-    profiled_kernel_ms,
     repeat_verdict,
-    residue_ms,
 )
+from kopt_core.bench.device_checks import PROFILED, profiled_kernel_ms, residue_ms
 from kopt_core.bench.executor import PairedRequest
 from kopt_core.bench.launchers import (
     Launcher,
