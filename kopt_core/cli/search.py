@@ -32,7 +32,7 @@ SEED_MAX = (1 << 32) - 1  # Optuna's samplers seed numpy, which takes 32 bits
     "time_budget_s",
     type=app.POSITIVE,
     default=None,
-    help="Seconds of search in this call, checked between configurations.",
+    help="Seconds of search in this call, checked between batches (a batch that started is finished).",
 )
 @click.option(
     "--sampler",

@@ -176,7 +176,7 @@ class State:
     # the correct non-champion branches; nothing reads them by key yet, so they stay as the writer wrote them
     frontier: tuple[dict[str, Any], ...] = field(default=(), converter=as_tuple)
     run_status: str = (
-        "initialized"  # initialized | seeded | running | awaiting_branches | completed | stopped
+        "initialized"  # initialized | seeded | running | awaiting_candidates | completed | stopped
     )
     generation_allowed: bool = False
     stop_reason: str | None = None
