@@ -90,7 +90,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/roofline/test_gaps_mutants.py",
     ),
     # what a cheating kernel meets: the feed, the guard's audits, the watch, the repeat trap's verdict
-    "kopt_core/bench/defences.py": ("tests/bench/test_defences.py",),
+    "kopt_core/bench/defences.py": ("tests/bench/test_defences.py", "tests/bench/test_defences_mutants.py"),
     "kopt_core/bench/paired.py": ("tests/bench/test_paired.py", "tests/bench/test_paired_mutants.py"),
     "kopt_core/run/update.py": ("tests/run/test_update.py", "tests/run/test_update_mutants.py"),
     # the search's promotion: which configuration passes (judge) and which are kept (fastest_passing)

@@ -415,7 +415,14 @@ def os_threads() -> int | None:
 
 _PYTHON_THREADS_STARTED = [0]
 _HOOKED = [False]
-THREAD_STARTERS = ("start_new_thread", "start_joinable_thread", "_start_new_thread", "_start_joinable_thread")
+# _thread.start_new is an old alias of start_new_thread (a separate object up to Python 3.12).
+THREAD_STARTERS = (
+    "start_new_thread",
+    "start_new",
+    "start_joinable_thread",
+    "_start_new_thread",
+    "_start_joinable_thread",
+)
 
 
 def _counting(start: Callable[..., Any]) -> Callable[..., Any]:
@@ -499,6 +506,16 @@ class Watch:
         the timing calls (between samples)."""
         self.checks += 1
         self.after_launch(side)
+        # Precision first: torch.set_default_dtype also rebinds torch.Storage, and the switch is the cause.
+        flags = precision_flags()
+        switched = [f"{k} from {v} to {flags.get(k)}" for k, v in self.flags.items() if flags.get(k) != v]
+        if switched:
+            raise Violation(
+                "precision_switch",
+                f"{when}: the kernel's code changed {'; '.join(switched)}: the kernel and the reference "
+                "must be timed and checked at the precision the problem states",
+                side,
+            )
         now = identities(self.extra, timing_only)
         changed = sorted(k for k, v in self.identities.items() if k in now and not _same(now[k], v))
         gone = [] if timing_only else sorted(k for k in self.identities if k not in now)
@@ -511,15 +528,6 @@ class Watch:
             )
         for problem in filter(None, (read() for read in self.values.values())):
             raise Violation("patched_code", f"{when}: {problem}", side)
-        flags = precision_flags()
-        switched = [f"{k} from {v} to {flags.get(k)}" for k, v in self.flags.items() if flags.get(k) != v]
-        if switched:
-            raise Violation(
-                "precision_switch",
-                f"{when}: the kernel's code changed {'; '.join(switched)}: the kernel and the reference "
-                "must be timed and checked at the precision the problem states",
-                side,
-            )
         self.check_threads(when, side)
 
     def check_threads(self, when: str, side: str | None = None) -> None:

@@ -105,6 +105,17 @@ def test_the_watch_counts_a_python_thread_even_once_it_has_ended(watch):
     assert caught.value.name == "threads_left" and "1 Python thread" in caught.value.message
 
 
+def test_the_watch_counts_a_thread_started_through_the_old_alias_of_thread(watch):
+    import _thread
+
+    done = threading.Event()
+    _thread.start_new(done.set, ())
+    assert done.wait(5)
+    with pytest.raises(Violation) as caught:
+        watch.check_threads("later")
+    assert caught.value.name == "threads_left" and "1 Python thread" in caught.value.message
+
+
 def test_a_watched_value_that_changes_is_named(watch):
     box = {"atol": 1e-6}
     watch.add_value("the tolerance", lambda: repr(box["atol"]))
