@@ -40,7 +40,10 @@ if TYPE_CHECKING:
 NAME = "search"
 OPTIONS = {
     "trials": f"configurations to evaluate in this iteration (default {DEFAULT_TRIALS})",
-    "time_budget_s": "seconds of search in this iteration, checked between batches (a batch that started is finished; default: none)",
+    "time_budget_s": (
+        "seconds of search in this iteration, checked between batches (a batch that started is finished; "
+        "default: none)"
+    ),
     "sampler": f"the study's sampler: {', '.join(SAMPLERS)} (default tpe)",
     "storage": "an Optuna RDB URL shared by the run's iterations, e.g. sqlite:////abs/path/search.db "
     "(default: iterv{i}/search/search.db)",
