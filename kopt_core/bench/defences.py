@@ -41,13 +41,17 @@ from kopt_core.records import BufferSpec
 # 1 in 32 up to the 600th, then 1 in 512 (a timing of 2000 samples audits about 29; a pairing's side of 20
 # samples about 7), drawn after the sample ran.
 AUDIT_ODDS = ((8, 2), (24, 4), (600, 32), (math.inf, 512))
-# The repeat trap: rounds of REPEAT_SAMPLES pairs (a sample on fresh inputs, then one on those same inputs).
-# A round is suspicious when the median of the pairs' repeat/fresh ratios is below REPEAT_RATIO, at least
+# The repeat trap: rounds of REPEAT_SAMPLES pairs, each after a fresh sample: a sample on that sample's
+# inputs again (a repeat) and one on new inputs written the same way (its control), in alternating order.
+# A round is suspicious when the median of the pairs' repeat/control ratios is below the limit, at least
 # REPEAT_PAIRS of its pairs are below it too, and the repeated median is at least REPEAT_MIN_MS less: work
 # skipped on inputs already seen. A clean first round ends the trap; otherwise two suspicious rounds of at
-# most three are a violation.
+# most three are a violation. The limit is REPEAT_RATIO on a GPU, whose L2 is flushed before every
+# launch; REPEAT_RATIO_HOST on a CPU, where a loaded machine's scheduling moves single samples by more.
 REPEAT_SAMPLES = 10
+REPEAT_SAMPLES_HOST = 16  # on a CPU: more pairs a round, against its scheduling noise
 REPEAT_RATIO = 0.9
+REPEAT_RATIO_HOST = 0.8
 REPEAT_PAIRS = 6
 REPEAT_MIN_MS = 0.002
 REPEAT_ROUNDS = 3
@@ -62,29 +66,31 @@ CONSTANT_INITS = ("zeros", "ones", "arange")
 @attrs.frozen
 class RepeatRound:
     """One round of the repeat trap: the medians per launch on repeated and on fresh inputs, the median
-    of the pairs' ratios, how many pairs were below REPEAT_RATIO, and whether the round is suspicious."""
+    of the pairs' ratios, how many pairs were below ``limit``, and whether the round is suspicious."""
 
     repeat_ms: float
     fresh_ms: float
     ratio: float
     faster: int
     pairs: int
+    limit: float = REPEAT_RATIO
 
     @classmethod
-    def of(cls, repeat: Sequence[float], fresh: Sequence[float]) -> RepeatRound:
+    def of(cls, repeat: Sequence[float], fresh: Sequence[float], limit: float = REPEAT_RATIO) -> RepeatRound:
         ratios = [r / f for r, f in zip(repeat, fresh, strict=True) if f > 0]
         return cls(
             repeat_ms=statistics.median(repeat),
             fresh_ms=statistics.median(fresh),
             ratio=statistics.median(ratios) if ratios else 1.0,
-            faster=sum(1 for r in ratios if r < REPEAT_RATIO),
+            faster=sum(1 for r in ratios if r < limit),
             pairs=len(repeat),
+            limit=limit,
         )
 
     @property
     def suspicious(self) -> bool:
         return (
-            self.ratio < REPEAT_RATIO
+            self.ratio < self.limit
             and self.faster >= REPEAT_PAIRS * self.pairs / REPEAT_SAMPLES
             and self.fresh_ms - self.repeat_ms >= REPEAT_MIN_MS
         )
@@ -184,11 +190,15 @@ class Feed:
         the seed they came from."""
         seed = secret_seed()
         self.write(args, seed)
+        self.spoil(args, zeroed)
+        self.fills += 1
+        return seed
+
+    def spoil(self, args: dict[str, Any], zeroed: bool) -> None:
+        """Poison (or zero) ``args``'s outputs."""
         for spec in self.outputs:
             tensor = args[spec.name]
             tensor.zero_() if zeroed else buffer_plan.poison_(tensor)
-        self.fills += 1
-        return seed
 
     def write(self, args: dict[str, Any], seed: int) -> None:
         if self.provider is not None:
@@ -253,8 +263,9 @@ class Guard:
         self.launches = 0
         self.audited: list[int] = []
         self.cost_s = 0.0
-        self.fresh = True  # False: the repeat trap, whose samples reuse the last sample's inputs
-        self._shadow: dict[str, Any] | None = None
+        self.fresh = True  # False: the repeat trap's samples, neither counted nor audited
+        self.repeat = True  # in the trap: the last sample's inputs again (False: new ones, its control)
+        self._stash: dict[str, torch.Tensor] = {}  # the repeat trap's copy of the outputs
 
     def before(self) -> None:
         start = time.perf_counter()
@@ -262,14 +273,20 @@ class Guard:
         if self.fresh:
             for index, args in enumerate(self.sets):
                 self.seeds[index] = self.feed.fill(args, self.zeroed)
-        elif len(self.sets) == 1:
-            # The repeat trap's samples do the same work between launches, into a copy: the host and its
-            # caches are in the same state as before a fresh sample, and only the inputs repeat.
-            if self._shadow is None:
-                self._shadow = {
-                    k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in self.sets[0].items()
-                }
-            self.feed.fill(self._shadow, self.zeroed)
+        else:
+            # The repeat trap's samples: each set's inputs written again, from the seed they had (a
+            # repeat) or from a new one (its control), through the same writes, and the outputs written
+            # again by the host with what the kernel left in them (through a copy). A repeat and its
+            # control differ in nothing but whether the contents of the inputs are new.
+            for index, args in enumerate(self.sets):
+                self.feed.write(args, self.seeds[index] if self.repeat else secret_seed())
+                for spec in self.feed.outputs:
+                    output, stash = args[spec.name], self._stash.get(spec.name)
+                    if stash is None:
+                        stash = self._stash[spec.name] = output.clone()
+                    else:
+                        stash.copy_(output)
+                    output.copy_(stash)
         self.cost_s += time.perf_counter() - start
 
     def audit_off(self) -> Callable[[dict[str, Any], int, str], None] | None:

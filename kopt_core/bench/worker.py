@@ -34,7 +34,10 @@ from kopt_core.bench.compare import compare, unchanged
 from kopt_core.bench.defences import (
     ESCAPE_MIN_MS,
     ESCAPE_RATIO,
+    REPEAT_RATIO,
+    REPEAT_RATIO_HOST,
     REPEAT_SAMPLES,
+    REPEAT_SAMPLES_HOST,
     Feed,
     Guard,
     RepeatRound,
@@ -777,11 +780,11 @@ class Harness:
         )
 
     def _repeat_trap(self, timer: Timer, stats: TimingStats, side: Side) -> float:
-        """Pairs of samples: one on fresh inputs, then one on those same inputs with the outputs left as
-        the kernel wrote them (what a harness that reuses its buffers gives), back to back so that drift
-        cancels, in rounds until ``repeat_verdict`` decides. A kernel clearly faster on the second, in
-        most pairs of two rounds, skips or replays work on inputs it has seen. Returns the median
-        per-launch time on the repeated inputs."""
+        """Pairs of samples after a fresh one: one on that sample's inputs again with the outputs left as
+        the kernel wrote them (what a harness that reuses its buffers gives), and its control, on new
+        inputs written the same way, in alternating order, in rounds until ``repeat_verdict`` decides. A
+        kernel clearly faster on the repeat, in most pairs of two rounds, skips or replays work on inputs
+        it has seen. Returns the median per-launch time on the repeated inputs."""
         guard = timer.guard
         assert guard is not None
         last, replays = repeat_verdict(lambda: self._repeat_round(timer, guard))
@@ -790,27 +793,32 @@ class Harness:
         raise Violation(
             "replay",
             f"{side.prefix}on inputs it had just seen the kernel ran {1 / last.ratio:.2f}x faster "
-            f"({last.repeat_ms:.4f} ms a launch) than on fresh ones ({last.fresh_ms:.4f} ms), in "
-            f"{last.faster} of {last.pairs} pairs of samples, in two rounds: it skips or replays work when "
-            "its inputs repeat",
+            f"({last.repeat_ms:.4f} ms a launch) than on new ones written the same way "
+            f"({last.fresh_ms:.4f} ms), in {last.faster} of {last.pairs} pairs of samples, in two rounds: "
+            "it skips or replays work when its inputs repeat",
             guard.side,
         )
 
     def _repeat_round(self, timer: Timer, guard: Guard) -> RepeatRound:
-        """One round of the trap: REPEAT_SAMPLES pairs of a fresh sample and a repeated one."""
-        fresh, repeat = [], []
+        """One round of the trap: REPEAT_SAMPLES fresh samples (REPEAT_SAMPLES_HOST on a CPU), each
+        followed by a repeat and a control (the repeat first in even pairs, second in odd ones)."""
+        on_gpu = self.device == "cuda"
+        control: list[float] = []
+        repeat: list[float] = []
         audits = guard.audit_off()
         try:
-            for _ in range(REPEAT_SAMPLES):
-                fresh.append(timer.take()[0] / timer.launches)
+            for index in range(REPEAT_SAMPLES if on_gpu else REPEAT_SAMPLES_HOST):
+                timer.take()
                 guard.fresh = False
                 try:
-                    repeat.append(timer.take()[0] / timer.launches)
+                    for same in (True, False) if index % 2 == 0 else (False, True):
+                        guard.repeat = same
+                        (repeat if same else control).append(timer.take()[0] / timer.launches)
                 finally:
-                    guard.fresh = True
+                    guard.fresh, guard.repeat = True, True
         finally:
             guard.audit_on(audits)
-        return RepeatRound.of(repeat, fresh)
+        return RepeatRound.of(repeat, control, REPEAT_RATIO if on_gpu else REPEAT_RATIO_HOST)
 
     def _stream_check(
         self, timer: Timer, stats: TimingStats, side: Side

@@ -3,6 +3,7 @@ make again exactly, a setup() that ignores its seed, and the watch on what a ker
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -186,3 +187,19 @@ def test_the_repeat_verdict_needs_two_suspicious_rounds_of_three(rounds, replays
     last, verdict = defences.repeat_verdict(take)
     assert (verdict, len(seen)) == (replays, taken)
     assert last is seen[-1]
+
+
+def test_a_cpu_round_needs_a_larger_gain_and_the_same_share_of_more_pairs():
+    host = defences.REPEAT_RATIO_HOST
+    assert host < defences.REPEAT_RATIO
+    between = (host + defences.REPEAT_RATIO) / 2
+    assert _round(between).suspicious
+    assert not defences.RepeatRound.of([between] * 10, [1.0] * 10, host).suspicious
+    pairs = defences.REPEAT_SAMPLES_HOST
+    share = defences.REPEAT_PAIRS / defences.REPEAT_SAMPLES
+    enough = math.ceil(share * pairs)
+
+    def on_host(faster: int):
+        return defences.RepeatRound.of([0.4] * faster + [1.0] * (pairs - faster), [1.0] * pairs, host)
+
+    assert on_host(enough).suspicious and not on_host(enough - 1).suspicious

@@ -292,38 +292,59 @@ def test_a_zeroed_guard_hands_out_zeroed_outputs(watch):
     assert not args["y"].any()
 
 
-def test_the_repeat_traps_samples_repeat_the_inputs_but_do_the_same_fill_work(watch, monkeypatch):
+def _counting_writes(feed, monkeypatch) -> list[int]:
+    """The seeds of every ``feed.write``, in order."""
+    seeds: list[int] = []
+    write = feed.write
+
+    def counted(args, seed):
+        seeds.append(seed)
+        write(args, seed)
+
+    monkeypatch.setattr(feed, "write", counted)
+    return seeds
+
+
+def test_the_repeat_traps_samples_write_the_same_inputs_again_and_leave_the_outputs(watch, monkeypatch):
     feed, args = one_set()
     audits: list[str] = []
     guard = Guard(feed, [args], False, lambda a, seed, what: audits.append(what), watch)
-    asked = scripted_draws(monkeypatch, [1])  # the fresh sample not audited; a repeat sample draws nothing
+    asked = scripted_draws(monkeypatch, [1])  # the fresh sample not audited; a trap's sample draws nothing
     guard.before()
     guard.after()
     seen = {name: value.clone() if isinstance(value, torch.Tensor) else value for name, value in args.items()}
     args["y"].fill_(1.0)  # what the kernel wrote
     guard.fresh = False
-    fills = feed.fills
-    for _ in range(2):
+    writes = _counting_writes(feed, monkeypatch)
+    for same in (True, False, True):
+        guard.repeat = same
         guard.before()
+        assert torch.equal(args["x"], seen["x"]) == same and args["n"] == N  # a repeat, or its control
+        assert (args["y"] == 1.0).all()  # the outputs left as the kernel wrote them, written again
         guard.after()
-    assert feed.fills == fills + 2  # the host did the same work as before a fresh sample...
-    assert torch.equal(args["x"], seen["x"]) and args["n"] == N  # ...into a copy: the inputs repeat
-    assert (args["y"] == 1.0).all()  # and the outputs are left as the kernel wrote them
-    assert (guard.samples, guard.launches, asked, audits) == (1, 1, [2], [])  # nor counted, nor audited
-    guard.fresh = True
+    # the host does the same work for a repeat and its control: every input written, from a seed
+    assert len(writes) == 3 and writes[0] == writes[2] == guard.seeds[0] != writes[1]
+    assert (guard.samples, guard.launches, asked, audits, feed.fills) == (1, 1, [2], [], 1)
+    guard.fresh = guard.repeat = True
     guard.before()
-    assert not torch.equal(args["x"], seen["x"])
+    assert not torch.equal(args["x"], seen["x"]) and torch.isnan(args["y"]).all()
 
 
-def test_the_repeat_trap_with_several_sets_refills_none_of_them(watch):
+def test_the_repeat_trap_with_several_sets_writes_each_again_from_its_own_seed(watch, monkeypatch):
     feed, args = one_set()
     other = {
         name: value.clone() if isinstance(value, torch.Tensor) else value for name, value in args.items()
     }
     guard = Guard(feed, [args, other], False, None, watch)
-    guard.fresh = False
     guard.before()
-    assert feed.fills == 0
+    seen = [args["x"].clone(), other["x"].clone()]
+    assert not torch.equal(seen[0], seen[1])
+    guard.fresh = False
+    writes = _counting_writes(feed, monkeypatch)
+    fills = feed.fills
+    guard.before()
+    assert writes == guard.seeds and feed.fills == fills
+    assert torch.equal(args["x"], seen[0]) and torch.equal(other["x"], seen[1])
 
 
 class Clock:
