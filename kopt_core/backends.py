@@ -8,6 +8,8 @@ candidates, and supplies the core's default when the owner leaves an optional ho
 
 from __future__ import annotations
 
+import difflib
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +18,7 @@ from attrs import frozen
 
 from kopt_core import progress
 from kopt_core.errors import ConfigError
+from kopt_core.plugins import ALLOWLIST_ENV, allowlist, installed_plugins
 from kopt_core.records import (
     Artifact,
     BackendInfo,
@@ -151,6 +154,73 @@ class BackendHooks:
 
 
 @frozen
+class KnownBackend:
+    """A backend that kopt's own repository ships: what the core knows of it without its package, so that
+    a missing one is named with the package to install (its own ``BackendInfo`` is the plugin's)."""
+
+    name: str  # the backend's name, and its plugin's entry-point name
+    package: str  # the distribution that holds it
+    folder: str  # its folder in the kopt repository (``pip install -e ./FOLDER``)
+    kind: str  # the kind of kernel it runs ("CUTLASS / CuTe": "a CUTLASS / CuTe kernel")
+    suffixes: tuple[str, ...]
+    # Text that marks a file as this backend's: the plugin's own ``claims`` (tests check they agree), or
+    # for a backend that claims nothing, what its files are known by (Triton's import)
+    markers: tuple[str, ...] = ()
+
+    def marker_in(self, text: str) -> str | None:
+        return next((marker for marker in self.markers if marker in text), None)
+
+
+KNOWN_BACKENDS = (
+    KnownBackend(name="cuda", package="kopt-cuda", folder="kopt_cuda", kind="CUDA", suffixes=(".cu",)),
+    KnownBackend(
+        name="cutlass",
+        package="kopt-cutlass",
+        folder="kopt_cutlass",
+        kind="CUTLASS / CuTe",
+        suffixes=(".cu", ".cuh"),
+        markers=("#include <cutlass/", '#include "cutlass/', "#include <cute/", '#include "cute/'),
+    ),
+    KnownBackend(
+        name="triton",
+        package="kopt-triton",
+        folder="kopt_triton",
+        kind="Triton",
+        suffixes=(".py",),
+        markers=("import triton", "from triton"),
+    ),
+)
+
+
+def known_backend(name: str) -> KnownBackend | None:
+    return next((known for known in KNOWN_BACKENDS if known.name == name), None)
+
+
+def absent(known: KnownBackend) -> str:
+    """Why ``known`` is not among the registered backends, in two words: its package is not installed, or
+    it is and its plugin did not load."""
+    return "not loaded" if known.name in installed_plugins() else "not installed"
+
+
+def install_hint(known: KnownBackend, pm: PluginManager) -> str:
+    """What to do to get ``known`` loaded: install its package, or, when it is installed, why its plugin
+    did not load (``KOPT_PLUGINS`` leaves it out, it failed to import)."""
+    if known.name in installed_plugins():
+        allowed = allowlist()
+        if allowed is not None and known.name not in allowed:
+            return (
+                f"{known.package} is installed, but {ALLOWLIST_ENV}={os.environ.get(ALLOWLIST_ENV, '')!r} "
+                f"leaves its plugin out: add {known.name} to {ALLOWLIST_ENV}, or unset it"
+            )
+        if known.name in pm.load_failures:
+            return (
+                f"{known.package} is installed, but its plugin failed to load: {pm.load_failures[known.name]}"
+            )
+        return f"{known.package} is installed, but its plugin {known.name!r} is not loaded here"
+    return f"install {known.package}: pip install -e ./{known.folder} (from the root of the kopt repository)"
+
+
+@frozen
 class BackendRegistry:
     """Every registered backend and its owner. A name registered by more than one plugin is a clash: it is
     listed in ``clashes`` and cannot be used until one of the plugins is left out."""
@@ -187,10 +257,21 @@ class BackendRegistry:
                 hint="keep one: set KOPT_PLUGINS to the entry-point names to load (kopt plugins lists them)",
             )
         if name not in self.backends:
-            known = ", ".join(sorted(self.backends)) or "none installed"
+            installed = ", ".join(sorted(self.backends)) or "none"
+            first_party = known_backend(name)
+            if first_party is not None:
+                raise ConfigError(
+                    f"unknown backend {name!r}: kopt's backend for {first_party.kind} kernels is "
+                    f"{absent(first_party)} (installed: {installed})",
+                    hint=install_hint(first_party, self.pm),
+                )
+            names = sorted({*self.backends, *(known.name for known in KNOWN_BACKENDS)})
+            close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
             raise ConfigError(
-                f"unknown backend {name!r} (installed: {known})",
-                hint="install its package (e.g. pip install kopt-cuda) or pick one of the installed ones",
+                f"unknown backend {name!r} (installed: {installed})"
+                + (f"; did you mean {close[0]}?" if close else ""),
+                hint="a third-party backend comes with a package of its own: install it; kopt's own are "
+                + ", ".join(f"{k.name} ({k.package})" for k in KNOWN_BACKENDS),
             )
         return self.backends[name]
 
@@ -202,23 +283,56 @@ class BackendRegistry:
         return self.hooks(name).probe(env)
 
     def detect(self, path: str | Path) -> BackendInfo:
-        """The backend for a kernel file: by suffix, a backend whose markers appear in the text first."""
+        """The backend for a kernel file: by suffix, a backend whose markers appear in the text first. A
+        file that one of kopt's own backends would claim (a CUTLASS include, a Triton import) while that
+        backend is not loaded is refused, naming the package to install, rather than handed to another
+        backend that cannot build it."""
         path = Path(path)
-        by_suffix = [b for b in self.backends.values() if path.suffix in b.suffixes]
-        if not by_suffix:
-            known = sorted({s for b in self.backends.values() for s in b.suffixes})
-            raise ConfigError(
-                f"{path}: no installed backend takes '{path.suffix or '(no suffix)'}' files "
-                f"(known suffixes: {', '.join(known) or 'none'})",
-                hint="pass --backend NAME, or install the backend's package",
-            )
         try:
             text = path.read_text(errors="replace")
         except OSError:
             text = ""
+        missing = [
+            (known, marker)
+            for known in KNOWN_BACKENDS
+            if known.name not in self.backends
+            and (marker := known.marker_in(text)) is not None
+            and path.suffix in known.suffixes
+        ]
+        by_suffix = [b for b in self.backends.values() if path.suffix in b.suffixes]
+        if not by_suffix:
+            suffix = path.suffix or "(no suffix)"
+            known_suffixes = sorted({s for b in self.backends.values() for s in b.suffixes})
+            if missing:
+                first_party, marker = missing[0]
+                hint = f"{path.name} looks like a {first_party.kind} kernel ({marker!r}): "
+                hint += install_hint(first_party, self.pm)
+            else:
+                for_suffix = [
+                    k for k in KNOWN_BACKENDS if path.suffix in k.suffixes and k.name not in self.backends
+                ]
+                hint = (
+                    "; ".join(f"for a {k.kind} kernel, {install_hint(k, self.pm)}" for k in for_suffix)
+                    or "pass --backend NAME, or install the package of a backend that takes these files"
+                )
+            raise ConfigError(
+                f"{path}: no installed backend takes '{suffix}' files "
+                f"(known suffixes: {', '.join(known_suffixes) or 'none'})",
+                hint=hint,
+            )
         claiming = [b for b in by_suffix if any(marker in text for marker in b.claims)]
         pool = claiming or [b for b in by_suffix if not b.claims] or by_suffix
-        return sorted(pool, key=lambda b: (-b.priority, b.name))[0]
+        chosen = sorted(pool, key=lambda b: (-b.priority, b.name))[0]
+        if not claiming and missing:
+            first_party, marker = missing[0]
+            raise ConfigError(
+                f"{path} looks like a {first_party.kind} kernel (it has {marker!r}), but the "
+                f"{first_party.name} backend is {absent(first_party)}, and the {chosen.name} backend, the "
+                f"one loaded for '{path.suffix}' files, is not made for it",
+                hint=f"{install_hint(first_party, self.pm)}; or pass --backend {chosen.name} to use that "
+                "backend anyway",
+            )
+        return chosen
 
 
 def backend_hooks(pm: PluginManager, name: str) -> BackendHooks:

@@ -1,7 +1,8 @@
 """Errors a user can cause, each carrying its exit code (docs/loop.md, "Exit codes").
 
 0 verified success, 2 kernel validation / no valid kernel, 3 hardware / tool / ncu failure,
-4 baseline / reference / dims configuration or static contract failure.
+4 baseline / reference / dims configuration or static contract failure. Besides these, the CLI exits 1 for
+kopt's own failure and 130 when interrupted (Ctrl-C, as a shell reports SIGINT: 128 + 2).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ EXIT_OK = 0
 EXIT_INVALID_KERNEL = 2
 EXIT_HARDWARE = 3
 EXIT_CONFIG = 4
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, what a shell reports for a process SIGINT stopped
 
 
 class KoptError(Exception):

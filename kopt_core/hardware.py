@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from pathlib import Path
 
 from attrs import frozen
 
@@ -25,11 +26,47 @@ class GpuInfo:
     memory_mib: int | None
 
 
-def detect_gpus(timeout_s: float = 20.0) -> tuple[list[GpuInfo], str]:
-    """(GPUs, reason there are none). Respects a numeric CUDA_VISIBLE_DEVICES."""
+# Present while an NVIDIA kernel driver is loaded (Linux); nvidia-smi can be missing while it is.
+DRIVER_FILE = Path("/proc/driver/nvidia/version")
+
+# What nvidia-smi says when there is no driver to talk to, or no device: asking again changes nothing.
+_NO_DRIVER = (
+    "couldn't communicate with the nvidia driver",
+    "nvidia driver is not loaded",
+    "no devices were found",
+    "driver/library version mismatch",
+)
+
+
+@frozen
+class GpuDiscovery:
+    """What asking nvidia-smi found: the GPUs, or why there are none (``reason``); ``driver``, whether an
+    NVIDIA driver is loaded (None: it cannot be told, as when nvidia-smi timed out); ``retryable``,
+    whether asking again could change the answer (a timeout, a busy or failing device), unlike no
+    nvidia-smi, no driver or no GPU listed."""
+
+    gpus: list[GpuInfo]
+    reason: str = ""
+    driver: bool | None = None
+    retryable: bool = False
+
+
+def discover_gpus(timeout_s: float = 20.0) -> GpuDiscovery:
+    """The GPUs nvidia-smi lists, or why none (``GpuDiscovery``). Respects a numeric CUDA_VISIBLE_DEVICES."""
     smi = find_on_path("nvidia-smi")
     if smi is None:
-        return [], "nvidia-smi is not on PATH: this machine has no NVIDIA driver (no GPU)"
+        if DRIVER_FILE.is_file():
+            return GpuDiscovery(
+                gpus=[],
+                reason=f"nvidia-smi is not on PATH, though an NVIDIA driver is loaded ({DRIVER_FILE}): put "
+                "the driver's nvidia-smi on PATH",
+                driver=True,
+            )
+        return GpuDiscovery(
+            gpus=[],
+            reason="nvidia-smi is not on PATH: this machine has no NVIDIA driver (no GPU)",
+            driver=False,
+        )
     out = run_in_group(
         [
             smi,
@@ -40,9 +77,18 @@ def detect_gpus(timeout_s: float = 20.0) -> tuple[list[GpuInfo], str]:
         stdin=subprocess.DEVNULL,
     )
     if out.returncode is None:
-        return [], f"nvidia-smi failed: {'timed out' if out.timed_out else out.error}"
+        if out.timed_out:
+            return GpuDiscovery(gpus=[], reason="nvidia-smi failed: timed out", retryable=True)
+        return GpuDiscovery(gpus=[], reason=f"nvidia-smi failed: {out.error}")
     if out.returncode != 0:
-        return [], f"nvidia-smi failed: {(out.stderr or out.stdout).strip()[:300]}"
+        said = (out.stderr or out.stdout).strip()[:300]
+        no_driver = any(words in said.lower() for words in _NO_DRIVER)
+        return GpuDiscovery(
+            gpus=[],
+            reason=f"nvidia-smi failed: {said}",
+            driver=False if no_driver else None,
+            retryable=not no_driver,
+        )
     gpus = []
     for line in out.stdout.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
@@ -62,10 +108,15 @@ def detect_gpus(timeout_s: float = 20.0) -> tuple[list[GpuInfo], str]:
         wanted = [int(v) for v in visible.split(",") if v.strip()]
         gpus = [g for i in wanted for g in gpus if g.index == i]
     if not gpus:
-        return [], "nvidia-smi lists no usable GPU" + (
-            " (CUDA_VISIBLE_DEVICES hides them)" if visible else ""
-        )
-    return gpus, ""
+        reason = "nvidia-smi lists no usable GPU" + (" (CUDA_VISIBLE_DEVICES hides them)" if visible else "")
+        return GpuDiscovery(gpus=[], reason=reason, driver=True)
+    return GpuDiscovery(gpus=gpus, driver=True)
+
+
+def detect_gpus(timeout_s: float = 20.0) -> tuple[list[GpuInfo], str]:
+    """(GPUs, reason there are none): ``discover_gpus`` without its verdict on retrying."""
+    found = discover_gpus(timeout_s)
+    return found.gpus, found.reason
 
 
 def arch_for_capability(capability: str) -> str:

@@ -4,7 +4,8 @@ Nothing here runs on import. The CLI and embedding tools call ``get_plugin_manag
 manager with ``load_entrypoints=False`` and register their own plugin objects.
 
 ``KOPT_PLUGINS`` (comma-separated entry-point names) restricts which installed plugins load; set it to
-an empty string to load none.
+an empty string to load none. A name in it that no installed plugin has is a ConfigError (exit 4) naming
+the installed ones: a misspelt name would otherwise load fewer plugins than asked, silently.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import pluggy
 
 from kopt_core import hookspecs
+from kopt_core.errors import ConfigError
 
 ENTRY_POINT_GROUP = "kopt"
 ALLOWLIST_ENV = "KOPT_PLUGINS"
@@ -32,17 +34,45 @@ class PluginManager(pluggy.PluginManager):
         self.load_failures: dict[str, str] = {}
 
 
-def _allowlist() -> set[str] | None:
+def allowlist() -> set[str] | None:
+    """The entry-point names ``KOPT_PLUGINS`` lets load; None when it is not set (every installed one)."""
     raw = os.environ.get(ALLOWLIST_ENV)
     if raw is None:
         return None
     return {name.strip() for name in raw.split(",") if name.strip()}
 
 
+def installed_plugins() -> dict[str, str]:
+    """Every installed entry point of the group, loaded or not: its name -> its distribution's name ("" when
+    it cannot be told)."""
+    found = {}
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(ep, "dist", None)
+        found[ep.name] = str(getattr(dist, "name", "") or "")
+    return found
+
+
+def check_allowlist(allowed: set[str] | None, installed: dict[str, str]) -> None:
+    """Refuse (ConfigError, exit 4) a ``KOPT_PLUGINS`` that names a plugin not installed."""
+    unknown = sorted(name for name in allowed or () if name not in installed)
+    if not unknown:
+        return
+    names = ", ".join(repr(name) for name in unknown)
+    raise ConfigError(
+        f"{ALLOWLIST_ENV}={os.environ.get(ALLOWLIST_ENV, '')!r} names {names}, which no installed plugin "
+        f"is (installed: {', '.join(sorted(installed)) or 'none'}); kopt stops here (exit 4) rather than "
+        "run with fewer plugins than you asked for",
+        hint=f"set {ALLOWLIST_ENV} to installed names (kopt plugins lists what loads), or unset it to load "
+        "every installed plugin",
+    )
+
+
 def load_entrypoints(pm: PluginManager) -> None:
     """Load each allowed entry point of the group once. A plugin that fails to import is recorded in
-    ``pm.load_failures`` rather than breaking every command."""
-    allowed = _allowlist()
+    ``pm.load_failures`` rather than breaking every command; ``KOPT_PLUGINS`` naming a plugin that is not
+    installed is a ConfigError (``check_allowlist``)."""
+    allowed = allowlist()
+    check_allowlist(allowed, installed_plugins())
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         if allowed is not None and ep.name not in allowed:
             continue

@@ -1,11 +1,11 @@
 #!/usr/bin/env python
 """Mutation testing of the modules whose output is a verdict (issue 15), one module at a time.
 
-    .venv/bin/python scripts/mutation.py kopt_core/bench/compare.py kopt_core/bench/timing.py
-    .venv/bin/python scripts/mutation.py --changed-since origin/main      # before a merge
-    .venv/bin/python scripts/mutation.py --changed-since HEAD~1 --budget-s 1200 --jobs 4   # what CI runs
-    .venv/bin/python scripts/mutation.py --all
-    .venv/bin/python scripts/mutation.py --changed-since HEAD~1 --dry-run   # which modules, no run
+    .venv-test/bin/python scripts/mutation.py kopt_core/bench/compare.py kopt_core/bench/timing.py
+    .venv-test/bin/python scripts/mutation.py --changed-since origin/main      # before a merge
+    .venv-test/bin/python scripts/mutation.py --changed-since HEAD~1 --budget-s 1200 --jobs 4   # what CI runs
+    .venv-test/bin/python scripts/mutation.py --all
+    .venv-test/bin/python scripts/mutation.py --changed-since HEAD~1 --dry-run   # which modules, no run
 
 For each module, mutmut 3 (``[tool.mutmut]`` in the root pyproject.toml) mutates that module only and runs
 only the test files that cover it (``TESTS`` below), in a workspace of its own, ``OUT/work/<module>/``:

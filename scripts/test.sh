@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
-# Install kopt's four packages and the example plugin into ./.venv and run the test suite.
+# Install kopt's four packages and the example plugin into ./.venv-test and run the test suite. The tests
+# get a virtual environment of their own: the README's first command installs kopt into ./.venv, whose torch
+# and Triton the pins below would otherwise replace.
 # CPU-only machines run everything but the tests marked `gpu`, which skip themselves without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m venv .venv
+python3 -m venv .venv-test
 # torch 2.13.0 first and pinned: any build works for the CPU tests, and a pin keeps pip from choosing one.
-.venv/bin/python -m pip install -q torch==2.13.0
+.venv-test/bin/python -m pip install -q torch==2.13.0
 # Toolchains pinned for reproducible tests (kopt-triton and kopt-cutlass depend on them anyway): Triton (its
 # interpreter, its compiler for sm_90 and the cuobjdump it ships) and the nvidia-cutlass wheel (CUTLASS/CuTe
 # headers). Linters come with kopt-core's [test] extra.
-.venv/bin/python -m pip install -q triton==3.9.0 nvidia-cutlass==4.2.0.0
-.venv/bin/python -m pip install -q -e './kopt_core[test]' -e ./kopt_cuda -e ./kopt_triton -e ./kopt_cutlass \
+.venv-test/bin/python -m pip install -q triton==3.9.0 nvidia-cutlass==4.2.0.0
+.venv-test/bin/python -m pip install -q -e './kopt_core[test]' -e ./kopt_cuda -e ./kopt_triton -e ./kopt_cutlass \
   -e ./examples/kopt_example_backend
 # Habits before tests: lint, format, types and the import contracts (all configured in pyproject.toml),
 # then the suite.
-.venv/bin/ruff check .
-.venv/bin/ruff format --check .
-.venv/bin/mypy
-.venv/bin/lint-imports --no-cache
-.venv/bin/python -m pytest "$@"
+.venv-test/bin/ruff check .
+.venv-test/bin/ruff format --check .
+.venv-test/bin/mypy
+.venv-test/bin/lint-imports --no-cache
+.venv-test/bin/python -m pytest "$@"
 # Mutation testing (docs/testing.md, "CI policy"), on the full run only: the verdict modules whose source
 # or tests the last commit changed, within 20 minutes. Only a measured score below 90% fails (exit 1); a
 # clone without the parent commit, a tool that could not run (exit 2) or a module the budget did not
@@ -27,7 +29,7 @@ if [ "$#" -eq 0 ] && [ "${KOPT_MUTATION:-1}" != 0 ]; then
   if git rev-parse -q --verify 'HEAD~1^{commit}' >/dev/null 2>&1; then
     cores=$(nproc 2>/dev/null || echo 1)
     status=0
-    .venv/bin/python scripts/mutation.py --changed-since HEAD~1 --budget-s 1200 --jobs $((cores < 4 ? cores : 4)) \
+    .venv-test/bin/python scripts/mutation.py --changed-since HEAD~1 --budget-s 1200 --jobs $((cores < 4 ? cores : 4)) \
       || status=$?
     if [ "$status" -eq 1 ]; then
       echo "mutation testing: a module scores below 90% (build/mutation/score.md lists its survivors)" >&2

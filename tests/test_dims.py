@@ -13,7 +13,7 @@ def test_seed_spelling_and_json_merge():
         "N": 2048,
         "K": 1024,
     }
-    assert parse_dims('{"M": 1}', ["--M=2"]) == {"M": 2}  # the command line wins
+    assert parse_dims('{"M": 2}', ["--M=2"]) == {"M": 2}  # the same value twice is one dim
     assert parse_dims(None, ["--N=0x100"]) == {"N": 256}
 
 
@@ -27,6 +27,9 @@ def test_seed_spelling_and_json_merge():
         (None, ["N=4"], "unexpected argument"),
         (None, ["--1N=4"], "identifier"),
         ('{"N": true}', [], "boolean"),
+        ('{"M": 1}', ["--M=2"], r'given twice with different values: --dims \{"M": 1\} and --M=2'),
+        (None, ["--M=1", "--M=2"], "given twice with different values: --M=1 and --M=2"),
+        ('{"M": 1, "M": 2}', [], "given twice in --dims, as 1 and 2"),
     ],
 )
 def test_bad_dims_are_config_errors(dims_json, args, message):

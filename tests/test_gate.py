@@ -1,6 +1,6 @@
 """The strict hardware gate on a machine without a GPU (CI): it refuses generation, says plainly why,
-retries discovery, and writes env.json as the evidence. The counter check's reading of ncu's output is
-tested with fake ncu scripts."""
+does not retry what no retry can change, and writes env.json as the evidence. The counter check's reading
+of ncu's output is tested with fake ncu scripts."""
 
 from __future__ import annotations
 
@@ -64,9 +64,11 @@ def test_no_gpu_refuses_generation_and_says_so(gated):
 
 
 @no_gpu
-def test_discovery_is_retried_three_times(gated):
+def test_no_driver_is_not_retried(gated):
+    """No nvidia-smi and no driver: another attempt cannot change that (tests/cli/test_surprises.py has
+    the causes that are retried)."""
     env, _ = gated
-    assert env.attempts == 3
+    assert env.attempts == 1
 
 
 @no_gpu
@@ -96,7 +98,7 @@ def test_missing_ncu_says_where_it_looked(gated):
 def test_env_json_is_written_and_round_trips(gated):
     env, out = gated
     data = read_json(out)
-    assert data["generation_allowed"] is False and data["attempts"] == 3
+    assert data["generation_allowed"] is False and data["attempts"] == 1
     assert data["backend_probe"]["backend"] == "cuda"
     assert from_data(data, Env) == env
     assert to_data(from_data(data, Env)) == data
@@ -108,7 +110,7 @@ def test_cli_exits_3_with_the_no_gpu_message(tmp_path):
     assert proc.returncode == 3, proc.stderr
     assert "no NVIDIA GPU" in proc.stderr and "refuses generation" in proc.stderr
     data = json.loads((tmp_path / "env.json").read_text())
-    assert data["generation_allowed"] is False and data["attempts"] == 3
+    assert data["generation_allowed"] is False and data["attempts"] == 1
 
 
 @no_gpu
@@ -155,7 +157,8 @@ def test_a_gpu_listed_by_nvidia_smi_without_a_cuda_context_is_refused(tmp_path, 
         count=1,
         source="nvidia-smi",
     )
-    assert any("counters were not checked" in p for p in env.problems)
+    # the counters went unchecked for want of a context: that cause is listed once, above
+    assert not any("counters were not checked" in p for p in env.problems)
 
 
 # ------------------------------------------------------------------------------- the counter check, faked

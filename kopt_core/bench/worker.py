@@ -439,16 +439,10 @@ class Harness:
                 "error", "reference", f"{self.ref.path}: reference(...) raised {_describe(exc)}"
             ) from None
         outs = [s.name for s in self.specs if s.role != "input"]
-        if isinstance(returned, dict):
-            for name, value in returned.items():
-                if name in outs and isinstance(value, torch.Tensor):
-                    ref_args[name].copy_(value.reshape(ref_args[name].shape))
-        elif isinstance(returned, (tuple, list)) and len(returned) == len(outs):
-            for name, value in zip(outs, returned, strict=True):
-                if isinstance(value, torch.Tensor):
-                    ref_args[name].copy_(value.reshape(ref_args[name].shape))
-        elif isinstance(returned, torch.Tensor) and len(outs) == 1:
-            ref_args[outs[0]].copy_(returned.reshape(ref_args[outs[0]].shape))
+        # What the reference returned must fit the kernel's outputs: a wrong shape, dtype or number of
+        # outputs is the reference's fault (exit 4), never a kernel's wrong answer.
+        for name, value in returned_outputs(returned, {name: ref_args[name] for name in outs}, self.ref.path):
+            ref_args[name].copy_(value.reshape(ref_args[name].shape))
         return {name: ref_args[name] for name in outs}
 
     # -- correctness -------------------------------------------------------------------------------
@@ -1333,6 +1327,86 @@ class PairedRun(Harness):
             )
         )
         self.save(between_blocks=True)
+
+
+RETURN_FORMS = (
+    "write the outputs in place and return None, or return them: a dict by output name, a tuple in "
+    "output order, or one tensor for a kernel with one output"
+)
+
+
+def returned_outputs(
+    returned: Any, outputs: dict[str, torch.Tensor], path: str | Path
+) -> list[tuple[str, torch.Tensor]]:
+    """(output name, tensor) for each output the reference returned, ``outputs`` being the kernel's output
+    buffers by name (as the reference's copies); none when it returned None (it wrote them in place).
+    Raises StageFailed (error, stage reference: exit 4) when the return does not fit the outputs (an
+    unknown name, a count, a value that is no tensor, a shape, a dtype), saying what was expected and what
+    was returned."""
+    names = list(outputs)
+
+    def refuse(what: str, forms: bool = True) -> StageFailed:
+        how = f" ({RETURN_FORMS})" if forms else ""
+        return StageFailed(
+            "error",
+            "reference",
+            f"{path}: reference(...) {what}: the reference is at fault, not the kernel{how}",
+        )
+
+    if returned is None:
+        return []
+    if isinstance(returned, dict):
+        unknown = [str(name) for name in returned if name not in outputs]
+        if unknown:
+            raise refuse(
+                f"returned {', '.join(unknown)} by name, which the kernel has no output of (its outputs: "
+                f"{', '.join(names) or 'none'})"
+            )
+        pairs = [(str(name), value) for name, value in returned.items()]
+    elif isinstance(returned, (tuple, list)):
+        if len(returned) != len(names):
+            raise refuse(
+                f"returned {len(returned)} value(s) in a {type(returned).__name__}, but the kernel has "
+                f"{len(names)} output(s) ({', '.join(names) or 'none'})"
+            )
+        pairs = list(zip(names, returned, strict=True))
+    elif isinstance(returned, torch.Tensor):
+        if len(names) != 1:
+            raise refuse(
+                f"returned one tensor, but the kernel has {len(names)} outputs ({', '.join(names) or 'none'})"
+            )
+        pairs = [(names[0], returned)]
+    else:
+        raise refuse(f"returned a {type(returned).__name__}")
+    for name, value in pairs:
+        if not isinstance(value, torch.Tensor):
+            raise refuse(f"returned {name} as a {type(value).__name__}, not a tensor")
+        problem = _misfit(value, outputs[name])
+        if problem:
+            raise refuse(f"returned {name} {problem}", forms=False)
+    return pairs
+
+
+def _misfit(value: torch.Tensor, buffer: torch.Tensor) -> str:
+    """How a returned tensor does not fit the output buffer it is for ("" when it fits): another number of
+    elements; another shape, where both have one (a buffer or a value with at most one extent above 1 is
+    flat, and takes any shape of its size); a dtype whose values the buffer would change (floats into an
+    integer or bool buffer, complex into a real one) or that is less precise than the buffer."""
+    got = f"with shape {tuple(value.shape)} {str(value.dtype).replace('torch.', '')}"
+    wanted = f"the kernel's output has shape {tuple(buffer.shape)} {str(buffer.dtype).replace('torch.', '')}"
+    if value.numel() != buffer.numel():
+        return f"{got} ({value.numel()} elements), but {wanted} ({buffer.numel()} elements)"
+    extents = [tuple(n for n in t.shape if n != 1) for t in (value, buffer)]
+    if all(len(e) > 1 for e in extents) and extents[0] != extents[1]:
+        return f"{got}, but {wanted}"
+    if value.is_complex() and not buffer.is_complex():
+        return f"{got}, but {wanted}: its imaginary parts would be dropped"
+    if value.is_floating_point() and not (buffer.is_floating_point() or buffer.is_complex()):
+        return f"{got}, but {wanted}: its values would be truncated"
+    if value.is_floating_point() and buffer.is_floating_point():
+        if torch.finfo(value.dtype).eps > torch.finfo(buffer.dtype).eps:
+            return f"{got}, but {wanted}: the kernel would be judged against a less precise answer"
+    return ""
 
 
 def _decoy_(tensor: torch.Tensor, generator: torch.Generator) -> None:

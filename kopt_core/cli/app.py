@@ -3,8 +3,9 @@ failure) and what the command modules share (option types, shared options, the p
 store). The commands register themselves on ``cli`` from their own modules (kopt_core.cli.commands
 imports them all); this module imports none of them.
 
-Exit codes (docs/loop.md): 0 ok, 2 no valid kernel, 3 hardware/tool failure, 4 bad kernel file,
-reference or dims. Click's own usage errors are configuration errors (4), never 2.
+Exit codes (docs/loop.md): 0 ok (and a bare ``kopt``, which prints the help), 1 kopt's own failure, 2 no
+valid kernel, 3 hardware/tool failure, 4 bad kernel file, reference or dims, 130 interrupted (Ctrl-C).
+Click's own usage errors are configuration errors (4), never 2.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import click
 
 from kopt_core import __version__, progress
 from kopt_core.cli import envelope, outputs, render
-from kopt_core.errors import EXIT_CONFIG, KoptError
+from kopt_core.errors import EXIT_CONFIG, EXIT_INTERRUPTED, KoptError
 from kopt_core.records.state import SANITIZER_TIMEOUT_S, State
 from kopt_core.run.init import NUMERICS_MODES
 
@@ -27,6 +28,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # Every command takes these context settings when it reads dims as free --NAME=VALUE arguments.
 FREE_ARGUMENTS = {"ignore_unknown_options": True, "allow_extra_args": True}
+# ctx.meta's key for the words after "--" (KoptCommand), None when there was no "--".
+AFTER_DOUBLE_DASH = "kopt.after_double_dash"
 
 
 def default_of(record: type, name: str) -> Any:
@@ -37,7 +40,63 @@ def default_of(record: type, name: str) -> Any:
     return factory() if callable(factory) else default
 
 
+class KoptCommand(click.Command):
+    """A kopt command. One that reads dims as free ``--NAME=VALUE`` words (``FREE_ARGUMENTS``) refuses a
+    word whose NAME is one of its own options misspelt: ``--arhc=sm_80`` would otherwise become a dim
+    named arhc, and the --arch asked for would silently not be used. A dim whose name is that close to an
+    option goes in ``--dims``, which is never checked against the options."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # The words after a first "--" are kept apart, as written (a command generator's argv): click
+        # would take them as more free words, and a dim parser would refuse them.
+        if "--" in args:
+            cut = args.index("--")
+            args, ctx.meta[AFTER_DOUBLE_DASH] = args[:cut], list(args[cut + 1 :])
+        rest = super().parse_args(ctx, args)
+        if ctx.ignore_unknown_options:
+            self._refuse_misspelt_options(ctx)
+        return rest
+
+    def _free_words(self, ctx: click.Context) -> list[str]:
+        """The words click left to the command: its extra arguments and an ``nargs=-1`` argument's."""
+        words = [str(word) for word in ctx.args]
+        for param in self.params:
+            if isinstance(param, click.Argument) and param.nargs == -1 and param.name:
+                words += [str(word) for word in ctx.params.get(param.name) or ()]
+        return words
+
+    def _refuse_misspelt_options(self, ctx: click.Context) -> None:
+        from kopt_core.dims import misspelt_option, word_names
+
+        options = [
+            opt[2:]
+            for param in self.get_params(ctx)
+            if isinstance(param, click.Option)
+            for opt in (*param.opts, *param.secondary_opts)
+            if opt.startswith("--")
+        ]
+        for name in word_names(self._free_words(ctx)):
+            option = misspelt_option(name, options)
+            if option is not None:
+                raise click.UsageError(
+                    f"no such option --{name}: did you mean --{option}? (a dim named {name} goes in "
+                    f"--dims '{{\"{name}\": VALUE}}')",
+                    ctx=ctx,
+                )
+
+
 class KoptGroup(click.Group):
+    command_class = KoptCommand  # every command of the group (and of its subgroups) is a KoptCommand
+    group_class = type  # a subgroup (``kopt iter``) is a KoptGroup too
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # A group named without a command (a bare ``kopt``, ``kopt iter``) prints its help on stdout and
+        # exits 0, on every click this package allows (click 8.2 made it a usage error).
+        if not args and self.no_args_is_help and not ctx.resilient_parsing:
+            click.echo(ctx.get_help(), color=ctx.color)
+            ctx.exit()
+        return super().parse_args(ctx, args)
+
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         outputs.USER_OUTPUTS.clear()  # the outputs this command line chose, for the OSError below
         raw = list(sys.argv[1:] if args is None else args)
@@ -54,10 +113,13 @@ class KoptGroup(click.Group):
                 standalone_mode=False,
                 **extra,
             )
-        except click.exceptions.Abort:
-            render.error("aborted")
-            code = 1
-            failure = envelope.error_data("Abort", "aborted")
+        except (KeyboardInterrupt, click.exceptions.Abort) as exc:
+            # click turns Ctrl-C (and an end of input at a prompt) into Abort, the interrupt as its cause
+            interrupted = isinstance(exc, KeyboardInterrupt) or isinstance(exc.__cause__, KeyboardInterrupt)
+            message = "interrupted" if interrupted else "aborted"
+            render.error(message)
+            code = EXIT_INTERRUPTED if interrupted else 1
+            failure = envelope.error_data("Interrupted" if interrupted else "Abort", message)
         except click.ClickException as exc:  # usage errors: a bad command line is a configuration error
             exc.show()
             code = EXIT_CONFIG

@@ -191,10 +191,10 @@ def preflight_cmd(baseline, reference, dims_json, backend, arch, as_json, extra)
     """The static contract: the kernel parses and builds, the reference imports and fits, every dim is
     given. No GPU needed. Exit 4 with the reasons."""
     from kopt_core.dims import parse_dims
-    from kopt_core.steps.bench import preflight_document, preflight_kernel
+    from kopt_core.steps.bench import preflight_checked, preflight_document
 
     dims = parse_dims(dims_json, extra)
-    outcome = preflight_kernel(
+    outcome = preflight_checked(
         app.plugin_manager(),
         baseline,
         reference,
@@ -204,7 +204,7 @@ def preflight_cmd(baseline, reference, dims_json, backend, arch, as_json, extra)
         on_warning=render.warning,
     )
     if as_json:
-        result = preflight_document(baseline, reference, dims, backend=backend, arch=arch, summary=outcome)
+        result = preflight_document(baseline, reference, dims, outcome)
         return envelope.emit("preflight", 0, result)
     click.echo(f"preflight passed: {outcome}")
     return 0

@@ -28,7 +28,8 @@ def plugins_cmd(as_json: bool) -> int:
     "--json", "as_json", is_flag=True, help="Print the envelope (result: {backends: [...]}) on stdout."
 )
 def backends_cmd(as_json: bool) -> int:
-    """List backends: file suffixes, whether each is available here, and why not."""
+    """List backends: file suffixes, whether each one's toolchain is present and, apart from it, whether
+    the GPU it needs is; whether it can run here, and why not."""
     from kopt_core.steps.backends import list_backends
 
     rows = list_backends(app.plugin_manager())

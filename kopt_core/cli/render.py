@@ -119,18 +119,30 @@ def _table(title: str, *columns: str, show_header: bool = True) -> Table:
 
 
 def backends_table(rows: list[dict]) -> None:
-    table = _table("kopt backends", "backend", "suffixes", "available", "why not / where")
+    """``kopt backends``: each backend's toolchain and, apart from it, whether the GPU it needs is here
+    (the machine's GPU, or why there is none, once below the table)."""
+    table = _table("kopt backends", "backend", "suffixes", "toolchain", "GPU", "runs here", "why not / where")
     for row in rows:
         details = row.get("details") or {}
-        where = row["reason"] or ", ".join(
-            f"{k}={v}" for k, v in details.items() if isinstance(v, (str, int)) and v
-        )
+        if row["toolchain"]:
+            where = ", ".join(f"{k}={v}" for k, v in details.items() if isinstance(v, (str, int)) and v)
+        else:
+            where = row["toolchain_reason"] or row["reason"]
+        if not row["needs_gpu"]:
+            gpu = "[dim]not needed[/]"
+        else:
+            gpu = "[green]yes[/]" if row["gpu_present"] else "[red]no[/]"
         table.add_row(
             escape(row["name"]),
             escape(" ".join(row["suffixes"])),
-            "yes" if row["available"] else "[red]no[/]",
+            "[green]yes[/]" if row["toolchain"] else "[red]no[/]",
+            gpu,
+            "[green]yes[/]" if row["available"] else "[red]no[/]",
             escape(where),
         )
+    if rows:
+        first = rows[0]
+        table.caption = escape(f"GPU: {first['gpu']}" if first["gpu_present"] else first["gpu_reason"])
     out.print(table)
 
 
@@ -271,7 +283,7 @@ def gate_progress(message: str) -> None:
 
 def gate_report(env) -> None:
     """The hardware gate's findings (an ``Env``): verdict, GPU, context, counters, tools, backend,
-    ceilings."""
+    ceilings. The problems they add up to are the refusal's (or the diagnostic warning's), on stderr."""
     table = _table(f"kopt gate: {env.backend}", "what", "value", show_header=False)
     if env.generation_allowed:
         verdict = "[green]generation allowed[/]"
@@ -285,7 +297,14 @@ def gate_report(env) -> None:
     else:
         table.add_row("gpu", "[red]none[/]")
     table.add_row("cuda context", "[green]yes[/]" if env.cuda_context else "[red]no[/]")
-    table.add_row("ncu counters", "[green]readable[/]" if env.can_read_counters else "[red]not readable[/]")
+    ncu = next((tool for tool in env.tools if tool.name == "ncu"), None)
+    if env.can_read_counters:
+        counters = "[green]readable[/]"
+    elif ncu is not None and ncu.path and env.cuda_context:
+        counters = "[red]not readable[/]"
+    else:  # no ncu or no context to check them with: the reason is among the problems
+        counters = "[red]not checked[/]"
+    table.add_row("ncu counters", counters)
     for tool in env.tools:
         if tool.path:
             table.add_row(
@@ -311,8 +330,7 @@ def gate_report(env) -> None:
         )
     else:
         table.add_row("ceilings", "[dim]not measured[/]")
-    for problem in env.problems:
-        table.add_row("problem", "[red]" + escape(problem) + "[/]")
+    # the problems are not rows here: the refusal (or a diagnostic run's warning) lists each once
     out.print(table)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from kopt_core.cli import app, envelope, outputs
+from kopt_core.cli import app, envelope, outputs, render
 from kopt_core.hardware import DEFAULT_ARCH
 from kopt_core.steps.backends import DEFAULT_BACKEND
 
@@ -115,8 +115,10 @@ def select_cmd(
         path = select_in_run(
             app.plugin_manager(), store, iteration, acknowledged=tuple(acknowledged), methods=methods, why=why
         )
+        notes = _notes(path)
         if as_json:
-            return envelope.emit("select", 0, envelope.run_result(store.run_dir, written, path=str(path)))
+            result = envelope.run_result(store.run_dir, written, path=str(path), notes=notes)
+            return envelope.emit("select", 0, result)
         click.echo(str(path))
         return 0
     if not (roofline_path and ncu_top_path):
@@ -138,7 +140,18 @@ def select_cmd(
         methods=methods,
         why=why,
     )
+    notes = _notes(path)
     if as_json:
-        return envelope.emit("select", 0, envelope.run_result(None, written, path=str(path)))
+        return envelope.emit("select", 0, envelope.run_result(None, written, path=str(path), notes=notes))
     click.echo(str(path))
     return 0
+
+
+def _notes(path) -> list[str]:
+    """The selection's notes (``selection_notes``: a missing SASS listing), each a warning on stderr too."""
+    from kopt_core.steps.select import selection_notes
+
+    notes = selection_notes(path)
+    for note in notes:
+        render.warning(note)
+    return notes

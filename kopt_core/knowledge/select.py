@@ -113,6 +113,11 @@ class Selection:
     work_kind: str = "unknown"  # what kind of work the evidence says the kernel does, and why
     work_kind_why: str = ""
     budget_why: str = ""  # why the budget differs from roofline.json's (knowledge.headroom.rebudget)
+    # The methods the scan ranked although a kernel_has / kernel_lacks skip condition of theirs could not be
+    # applied because the kernel's SASS traits were unknown (no SASS listing): id -> those traits. With a
+    # listing, each might have been skipped, and the ranking could differ. None: not recorded (a
+    # methods.json older than schema 3).
+    unapplied_skips: dict | None = field(factory=dict)
     schema_version: int = SELECTION_SCHEMA_VERSION
 
     @property
@@ -222,6 +227,21 @@ def _skip_reason(method: Method, values: dict, dtypes: set[str], tags: dict) -> 
     return None
 
 
+def sass_blind_traits(method: Method, tags: dict) -> tuple[str, ...]:
+    """The SASS traits whose absence from ``tags`` left one of ``method``'s kernel_has / kernel_lacks skip
+    conditions unapplied, where a SASS listing would have decided it: every trait of the condition that is
+    unknown is one a listing shows (``TAG_PATTERNS``). A condition on a trait no listing shows stays
+    unapplied with a listing too, so it is not counted."""
+    blind: list[str] = []
+    for condition in method.skip_if:
+        if condition.kind not in ("kernel_has", "kernel_lacks"):
+            continue
+        unknown = [tag for tag in condition.tags if tags.get(tag) is None]
+        if unknown and all(tag in TAG_PATTERNS for tag in unknown):
+            blind += unknown
+    return tuple(dict.fromkeys(blind))
+
+
 def axis_slots(budget: dict, axis: str) -> int:
     """The methods ``axis`` may take this iteration: its budget, at most ``AXIS_CAP``."""
     return min(int(budget.get(axis, 0)), AXIS_CAP)
@@ -262,6 +282,7 @@ def select_methods(registry: MethodRegistry, context: SelectionContext) -> Selec
     skipped: list[Skipped] = []
     underfilled: dict[str, str] = {}
     groups_used: dict[str, str] = {}
+    unapplied: dict[str, list[str]] = {}
     for axis in AXES:
         slots = axis_slots(evidence.budget, axis)
         if slots <= 0:
@@ -272,6 +293,10 @@ def select_methods(registry: MethodRegistry, context: SelectionContext) -> Selec
             (method for method in methods if not refused[method.id]),
             key=lambda method: rank_key(method, evidence.values),
         )
+        for method in ranked:  # what a missing SASS listing left undecided, for the record (not the scan)
+            blind = sass_blind_traits(method, evidence.tags)
+            if blind:
+                unapplied[method.id] = list(blind)
         decided: dict[str, str] = {}
         picks: list[Picked] = []
         for method in ranked:
@@ -310,6 +335,7 @@ def select_methods(registry: MethodRegistry, context: SelectionContext) -> Selec
         work_kind=evidence.work_kind,
         work_kind_why=evidence.work_kind_why,
         budget_why=evidence.budget_why,
+        unapplied_skips=unapplied,
     )
 
 

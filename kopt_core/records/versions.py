@@ -43,7 +43,7 @@ CEILINGS_SCHEMA_VERSION = 1  # the device ceilings (env.json's, or a file of `ko
 ROOFLINE_SCHEMA_VERSION = 1  # roofline.json
 NCU_TOP_SCHEMA_VERSION = 1  # ncu_top.json
 # an iteration
-SELECTION_SCHEMA_VERSION = 2  # methods.json
+SELECTION_SCHEMA_VERSION = 3  # methods.json
 BRIEF_SCHEMA_VERSION = 1  # brief.json
 CANDIDATES_SCHEMA_VERSION = 1  # candidates.json
 EXPLORE_SCHEMA_VERSION = 1  # explore.json
@@ -193,6 +193,14 @@ def selection_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def selection_v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
+    """v2 -> v3: v3 records ``unapplied_skips``, the ranked methods whose skip conditions on the kernel's
+    SASS traits went unapplied for want of a SASS listing. A v2 selection did not record them: null (not
+    recorded), never {} (which would say that none was)."""
+    data.setdefault("unapplied_skips", None)
+    return data
+
+
 # ------------------------------------------------------------------------------------------ the table
 
 
@@ -215,7 +223,7 @@ MIGRATIONS: dict[str, dict[int, Migration]] = {
     "paired": {1: paired_v1_to_v2},
     "state": {4: state_v4_to_v5, 5: state_v5_to_v6, 6: state_v6_to_v7},
     "env": {1: env_v1_to_v2},
-    SELECTION_KIND: {1: selection_v1_to_v2},
+    SELECTION_KIND: {1: selection_v1_to_v2, 2: selection_v2_to_v3},
 }
 
 

@@ -166,6 +166,43 @@ def target_arch(info: BackendInfo, gpus: list[GpuInfo] | None = None) -> str:
     return arch_for_capability(gpus[0].capability) if gpus else DEFAULT_ARCH
 
 
+@attrs.frozen
+class PreflightOutcome:
+    """What ``kopt preflight`` checked: the backend it was checked for (named or detected), the
+    architecture the kernel was built for, and the check in words (``summary``)."""
+
+    summary: str
+    backend: str
+    arch: str
+
+    def __str__(self) -> str:
+        return self.summary
+
+
+def preflight_checked(
+    pm: PluginManager,
+    kernel: str | Path,
+    reference: str | Path,
+    dims: dict[str, Any],
+    *,
+    backend: str | None = None,
+    arch: str | None = None,
+    on_warning: Callable[[str], None] | None = None,
+) -> PreflightOutcome:
+    """The contract holds and the kernel builds: the backend and architecture it was checked for, and the
+    check in words."""
+    prepared = prepare(
+        pm, kernel, reference, dims, backend=backend, arch=arch, on_warning=on_warning, require_gpu=False
+    )
+    artifact = prepared.artifact
+    built_for = artifact.arch or arch or ""
+    summary = (
+        f"{prepared.candidate.path} ({prepared.backend.name}): contract holds with "
+        f"{', '.join(f'{k}={v}' for k, v in dims.items())}; built for {built_for or 'its target'}"
+    )
+    return PreflightOutcome(summary=summary, backend=prepared.backend.name, arch=built_for)
+
+
 def preflight_kernel(
     pm: PluginManager,
     kernel: str | Path,
@@ -176,15 +213,11 @@ def preflight_kernel(
     arch: str | None = None,
     on_warning: Callable[[str], None] | None = None,
 ) -> str:
-    """``kopt preflight``: the contract holds and the kernel builds. Returns what was checked, in words."""
-    prepared = prepare(
-        pm, kernel, reference, dims, backend=backend, arch=arch, on_warning=on_warning, require_gpu=False
-    )
-    artifact = prepared.artifact
-    return (
-        f"{prepared.candidate.path} ({prepared.backend.name}): contract holds with "
-        f"{', '.join(f'{k}={v}' for k, v in dims.items())}; built for {artifact.arch or 'its target'}"
-    )
+    """``kopt preflight``: the contract holds and the kernel builds. Returns what was checked, in words
+    (``preflight_checked`` returns the backend and architecture too)."""
+    return preflight_checked(
+        pm, kernel, reference, dims, backend=backend, arch=arch, on_warning=on_warning
+    ).summary
 
 
 def run_bench(pm: PluginManager, prepared: Prepared, options: BenchOptions) -> BenchResult:
@@ -352,22 +385,17 @@ PREFLIGHT_CHECKS = ("kernel contract", "reference", "dims", "build")
 
 
 def preflight_document(
-    kernel: str | Path,
-    reference: str | Path,
-    dims: dict[str, Any],
-    *,
-    backend: str | None,
-    arch: str | None,
-    summary: str,
+    kernel: str | Path, reference: str | Path, dims: dict[str, Any], outcome: PreflightOutcome
 ) -> dict[str, Any]:
-    """``kopt preflight --json``'s result: what was checked, of which kernel, and ``preflight_kernel``'s
-    summary."""
+    """``kopt preflight --json``'s result: what was checked, of which kernel, for which backend and
+    architecture (those ``preflight_checked`` checked for: detected and chosen when the command line named
+    none; arch null for a backend that builds for no GPU architecture), and the check in words."""
     return {
         "kernel": str(Path(kernel).resolve()),
         "reference": str(Path(reference).resolve()),
         "dims": dims,
-        "backend": backend,
-        "arch": arch,
+        "backend": outcome.backend,
+        "arch": outcome.arch or None,
         "checks": list(PREFLIGHT_CHECKS),
-        "summary": summary,
+        "summary": outcome.summary,
     }

@@ -12,8 +12,12 @@ No evidence, no generation. The gate authorises generation only when every requi
 * the device ceilings are measured (``python -m kopt_core.roofline.ceilings``), unless the caller skips it.
 
 Discovery (tools, GPU, CUDA context, backend probe) is retried up to ``attempts`` times, stopping at the
-first attempt where all of it passes: retries exist for flaky discovery (a driver still loading, a slow
-mount). The counter check and the ceilings run once, after discovery; a kernel is never retried.
+first attempt where all of it passes, and only while every problem is one that another attempt could change
+(nvidia-smi or the CUDA check timing out, a busy or failing device): a missing nvidia-smi, no driver, a
+missing tool, a CPU-only PyTorch or an unusable backend stay as they are, so they are reported after one
+attempt. Without a driver the CUDA context is not tried (it cannot exist), and each cause is reported once:
+a check that could not run because of a problem already listed adds no line of its own. The counter check
+and the ceilings run once, after discovery; a kernel is never retried.
 ``diagnostic`` runs everything and reports it, but never authorises generation. env.json is written on
 failure too: it is the evidence of why generation is refused.
 """
@@ -33,7 +37,7 @@ from attrs import field, frozen
 
 from kopt_core.backends import BackendRegistry
 from kopt_core.errors import ConfigError, HardwareError
-from kopt_core.hardware import detect_gpus
+from kopt_core.hardware import discover_gpus
 from kopt_core.jsonio import write_json
 from kopt_core.ncu.parse import parse_raw_csv
 from kopt_core.process import run_in_group
@@ -185,6 +189,23 @@ def cuda_context(timeout_s: float = CONTEXT_TIMEOUT_S) -> tuple[dict | None, str
     return None, f"CUDA context could not be created: {why}"
 
 
+# What a CUDA context that could not be created says when another attempt cannot help: no driver or no
+# device, a CPU-only PyTorch or none. Anything else (a timeout, a busy device, an unknown error) may pass.
+_CONTEXT_LASTING = (
+    "not compiled with CUDA",
+    "No module named 'torch'",
+    "no CUDA GPUs are available",
+    "Found no NVIDIA driver",
+    "no CUDA-capable device is detected",
+    "CUDA driver version is insufficient",
+)
+
+
+def context_lasting(problem: str) -> bool:
+    """Whether a failed CUDA context (``cuda_context``'s reason) would fail again however often asked."""
+    return any(words in problem for words in _CONTEXT_LASTING)
+
+
 def _gpu_data(gpus: list, context: dict | None) -> EnvGpu | None:
     data: dict = {}
     if gpus:
@@ -279,29 +300,47 @@ def measure_device_ceilings(timeout_s: float = CEILINGS_TIMEOUT_S) -> tuple[Ceil
 
 @frozen
 class Discovery:
-    """One attempt's findings: tools, GPUs, the CUDA context and the backend probe."""
+    """One attempt's findings: tools, GPUs, the CUDA context and the backend probe; ``problems``, each
+    cause in words once, and ``lasting``, those of them another attempt cannot change."""
 
     tools: tuple[ToolFound, ...] = field(converter=as_tuple)
     gpus: list
     context: dict | None
     probe: ProbeResult
     problems: tuple[str, ...] = field(converter=as_tuple)
+    lasting: tuple[str, ...] = field(default=(), converter=as_tuple)
 
     def tool(self, name: str) -> ToolFound | None:
         return next((t for t in self.tools if t.name == name), None)
+
+    @property
+    def worth_retrying(self) -> bool:
+        """Whether another attempt could pass: every problem is one a retry can change."""
+        return bool(self.problems) and not self.lasting
 
 
 def discover(
     pm: PluginManager, registry: BackendRegistry, backend: str, versions: dict[str, str]
 ) -> Discovery:
-    """Tools, GPU, CUDA context and backend probe, each failure in words."""
+    """Tools, GPU, CUDA context and backend probe, each failure in words once. Without an NVIDIA driver
+    the CUDA context is not tried; with no GPU listed, a failed context is part of that one problem."""
     problems: list[str] = []
-    gpus, gpu_reason = detect_gpus()
+    lasting: list[str] = []
+
+    def problem(text: str, *, retry_can_change: bool) -> None:
+        problems.append(text)
+        if not retry_can_change:
+            lasting.append(text)
+
+    gpu = discover_gpus()
+    gpus = gpu.gpus
+    context, context_problem = (None, "") if gpu.driver is False else cuda_context()
     if not gpus:
-        problems.append(f"no NVIDIA GPU: {gpu_reason}")
-    context, context_problem = cuda_context()
-    if context_problem:
-        problems.append(context_problem)
+        # one cause: no GPU; what the CUDA check then says is part of it, not a problem of its own
+        text = f"no NVIDIA GPU: {gpu.reason}" + (f"; {context_problem}" if context_problem else "")
+        problem(text, retry_can_change=gpu.retryable)
+    elif context_problem:
+        problem(context_problem, retry_can_change=not context_lasting(context_problem))
     findings = {
         "tools": {name: find_tool(name) for name in TOOLS},
         "gpus": [{"index": g.index, "name": g.name, "capability": g.capability} for g in gpus],
@@ -312,12 +351,13 @@ def discover(
     required = registry.get(backend).required_tools
     for tool in tools:
         if tool.name in required and not tool.path:
-            problems.append(_tool_problem(tool))
+            problem(_tool_problem(tool), retry_can_change=False)
     if not probe.available:
-        problems.append(
-            f"backend {backend} is not usable here: {probe.reason or 'its probe says unavailable'}"
+        problem(
+            f"backend {backend} is not usable here: {probe.reason or 'its probe says unavailable'}",
+            retry_can_change=False,
         )
-    return Discovery(tools=tools, gpus=gpus, context=context, probe=probe, problems=problems)
+    return Discovery(tools=tools, gpus=gpus, context=context, probe=probe, problems=problems, lasting=lasting)
 
 
 # -------------------------------------------------------------------------------------------------- gate
@@ -355,11 +395,16 @@ def run_gate(
             "backend"
         )
         found = discover(pm, registry, backend, versions)
-        if not found.problems:
+        if not found.problems or attempt == attempts:
             break
-        if attempt < attempts:
-            say(f"attempt {attempt} failed ({len(found.problems)} problem(s)); retrying discovery")
-            time.sleep(retry_delay_s)
+        if not found.worth_retrying:
+            say(
+                f"attempt {attempt} failed ({len(found.problems)} problem(s)); not retrying: another attempt "
+                "cannot change " + ("it" if len(found.problems) == 1 else "them")
+            )
+            break
+        say(f"attempt {attempt} failed ({len(found.problems)} problem(s)); retrying discovery")
+        time.sleep(retry_delay_s)
     assert found is not None
 
     problems = list(found.problems)
@@ -370,9 +415,10 @@ def run_gate(
         counters, why = check_counters(ncu.path)
         if why:
             problems.append(why)
-    else:
-        missing = "ncu was not found" if ncu is None or not ncu.path else "no CUDA context could be created"
-        problems.append(f"ncu's counters were not checked: {missing}")
+    elif (ncu is None or not ncu.path) and "ncu" not in registry.get(backend).required_tools:
+        problems.append("ncu's counters were not checked: ncu was not found")
+    # else the reason the counters were not checked is listed already: ncu missing (a tool the backend
+    # requires), or no CUDA context (no GPU, or the context's own problem)
 
     ceilings = None
     if measure and not problems:
@@ -414,9 +460,47 @@ class GateOutcome:
         return 0 if self.failure is None else self.failure.exit_code
 
 
+def passed_checks(env: Env) -> list[str]:
+    """What the gate found working, in words: the GPU, the CUDA context, the counters, each tool found and
+    the backend's toolchain."""
+    found = []
+    if env.gpu is not None and env.gpu.name:
+        found.append(f"the GPU ({env.gpu.name})")
+    if env.cuda_context:
+        found.append("a CUDA context")
+    if env.can_read_counters:
+        found.append("ncu's counters")
+    found += [tool.name + (f" ({tool.version})" if tool.version else "") for tool in env.tools if tool.path]
+    if env.backend_probe is not None and env.backend_probe.available:
+        found.append(f"the {env.backend} backend's toolchain")
+    return found
+
+
+def refusal_headline(env: Env, out: str | Path | None = None, passed: str = "") -> str:
+    """The refusal's first line: ``passed`` (what a caller checked before the gate, e.g. the kernel's
+    contract and build), what the gate found working, then that it refuses generation."""
+    evidence = f"; evidence in {out}" if out is not None else ""
+    found = passed_checks(env)
+    return (
+        (f"{passed}; " if passed else "")
+        + (f"found {', '.join(found)}; " if found else "")
+        + f"the hardware gate refuses generation ({env.attempts} attempt(s){evidence})"
+    )
+
+
+def refusal(
+    env: Env, out: str | Path | None = None, passed: str = "", hint: str | None = None
+) -> HardwareError:
+    """The gate's refusal (exit 3) of ``env``: ``refusal_headline``, then each problem on a line of its
+    own. ``kopt optimize`` passes what its preflight checked as ``passed``, so the message says what
+    passed before it says what is missing."""
+    problems = "".join(f"\n  - {problem}" for problem in env.problems)
+    return HardwareError(f"{refusal_headline(env, out, passed)}, missing:{problems}", hint=hint)
+
+
 def gate_verdict(env: Env, out: str | Path) -> GateOutcome:
     """Exit 0 when ``env`` allows generation, or (with a warning) when it was a diagnostic run; else the
-    refusal, naming the evidence ``out`` and every problem."""
+    refusal, naming the evidence ``out``, what passed and every problem."""
     if env.generation_allowed:
         return GateOutcome(env)
     problems = "".join(f"\n  - {problem}" for problem in env.problems)
@@ -424,8 +508,7 @@ def gate_verdict(env: Env, out: str | Path) -> GateOutcome:
         return GateOutcome(
             env, warning=f"diagnostic run: generation is never authorised; wrote {out}{problems}"
         )
-    refusal = f"the hardware gate refuses generation ({env.attempts} attempt(s); evidence in {out}):"
-    return GateOutcome(env, failure=HardwareError(refusal + problems))
+    return GateOutcome(env, failure=refusal(env, out))
 
 
 def gate_outcome(

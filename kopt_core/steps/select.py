@@ -17,6 +17,7 @@ from kopt_core.knowledge.evidence import KernelFacts, derived_evidence, floor_sh
 from kopt_core.knowledge.headroom import rebudget
 from kopt_core.knowledge.methods import load_methods
 from kopt_core.knowledge.select import (
+    TAG_PATTERNS,
     Choice,
     ProfileEvidence,
     Selection,
@@ -29,7 +30,7 @@ from kopt_core.knowledge.select import (
 from kopt_core.ncu.metrics import load_registry, without_eventless_zeros
 from kopt_core.records import to_data
 from kopt_core.records.roofline import NcuTop, Roofline
-from kopt_core.records.versions import read_document
+from kopt_core.records.versions import SELECTION_KIND, read_document
 from kopt_core.refdata import packaged_text
 from kopt_core.steps.profile import PROFILE_FILE
 
@@ -203,6 +204,35 @@ def who_chose(selection: Selection) -> list[str]:
     return rows
 
 
+def missing_sass_note(selection: Selection) -> str | None:
+    """What a selection made without the kernel's SASS listing must say (None when the listing was read):
+    the kernel's traits were unknown, so no kernel_has / kernel_lacks skip condition on them was applied,
+    and which ranked methods that concerned (``Selection.unapplied_skips``)."""
+    if any(selection.kernel_tags.get(tag) is not None for tag in TAG_PATTERNS):
+        return None
+    note = (
+        "the kernel's SASS listing was missing, so its traits (shared-memory staging, MMA, TMA, ...) are "
+        "unknown and no kernel_has / kernel_lacks skip condition on them was applied"
+    )
+    affected = selection.unapplied_skips
+    if affected is None:
+        note += "; which methods' ranking that affected was not recorded (methods.json before schema 3)"
+    elif affected:
+        listed = "; ".join(f"{method} (unknown: {', '.join(traits)})" for method, traits in affected.items())
+        note += f"; the ranking of these methods rests on that, any of them might have been skipped: {listed}"
+    else:
+        note += "; no ranked method had such a condition, so the picks are the same as with a listing"
+    return note + " (give the listing with --sass, or profile with a backend that disassembles the kernel)"
+
+
+def selection_notes(methods_path: str | Path) -> list[str]:
+    """What a person or a script must be told about the selection in ``methods_path`` (methods.json)
+    besides its picks: today, that it was made without the kernel's SASS listing."""
+    selection = read_document(methods_path, Selection, SELECTION_KIND)
+    note = missing_sass_note(selection)
+    return [note] if note else []
+
+
 def render_analysis(
     selection: Selection, roofline: Roofline, ncu_top: NcuTop, kernel: str, notes: list[str]
 ) -> str:
@@ -241,6 +271,7 @@ def render_analysis(
                 f"kind of work: {selection.work_kind} ({selection.work_kind_why or 'not read'})",
                 *([f"axis budget: {selection.budget_why}"] if selection.budget_why else []),
                 *notes,
+                *filter(None, [missing_sass_note(selection)]),
             ]
         ),
     )

@@ -1,6 +1,6 @@
 """Static checks of kopt's adversarial corpus, runnable without a GPU (not a pytest module).
 
-    .venv/bin/python tests/adversarial/selfcheck.py [--no-nvcc]
+    .venv-test/bin/python tests/adversarial/selfcheck.py [--no-nvcc]
 
 For every kernel catalog.json names: the file exists, kopt reads its search space, each .cu builds with
 nvcc as kopt builds it (once per BLOCK value), and each Python form imports in a fresh process (Triton

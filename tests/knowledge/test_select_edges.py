@@ -14,7 +14,7 @@ import math
 import attrs
 import pytest
 
-from kopt_core.knowledge.methods import Method, MethodRegistry, Relations, Trigger, load_methods
+from kopt_core.knowledge.methods import Condition, Method, MethodRegistry, Relations, Trigger, load_methods
 from kopt_core.knowledge.select import (
     NEAR_FLOOR,
     Choice,
@@ -23,6 +23,7 @@ from kopt_core.knowledge.select import (
     Selection,
     SelectionContext,
     kernel_tags,
+    sass_blind_traits,
     select_methods,
     validate_choice,
 )
@@ -353,3 +354,67 @@ def test_bank_conflicts_fire_from_the_light_bundle_s_counter_too():
     ):
         trigger = REGISTRY.get(ids[0]).trigger
         assert trigger.holds(values) is fires, values
+
+
+# ------------------------------------------------------------------ skip conditions a SASS listing decides
+
+
+def _has(*tags: str) -> Condition:
+    return Condition(kind="kernel_has", tags=tags, why="test")
+
+
+def _lacks(*tags: str) -> Condition:
+    return Condition(kind="kernel_lacks", tags=tags, why="test")
+
+
+def test_sass_blind_traits_are_the_unknown_traits_a_listing_shows():
+    method = _open(REGISTRY.get("memory.tma"), relations=False)
+    unknown = kernel_tags(None)
+    with_skips = attrs.evolve(method, skip_if=(_has("tma", "wgmma"), _lacks("tma"), _has("atomics")))
+    assert sass_blind_traits(with_skips, unknown) == ("tma", "wgmma", "atomics")  # each once, in order
+    # a condition that also reads a trait no listing shows stays unapplied with a listing: not counted
+    assert sass_blind_traits(attrs.evolve(method, skip_if=(_has("tma", "block_reduction"),)), unknown) == ()
+    assert sass_blind_traits(attrs.evolve(method, skip_if=(_lacks("multi_kernel"),)), unknown) == ()
+    metric = Condition(kind="metric", metric="dram_throughput_pct", op=">=", value=1.0)
+    assert sass_blind_traits(attrs.evolve(method, skip_if=(metric,)), unknown) == ()
+    # known traits (a listing was read) leave nothing unapplied; one unknown trait beside a known one counts
+    read = kernel_tags(["LDS", "FFMA"])
+    assert sass_blind_traits(with_skips, read) == ()
+    assert sass_blind_traits(with_skips, {**read, "wgmma": None}) == ("wgmma",)
+
+
+def test_the_scan_records_which_ranked_methods_a_missing_listing_left_unskipped():
+    ids = ("memory.smem_tiling", "memory.kernel_fusion", "memory.read_only_cache", "memory.tma")
+    skips = {
+        "memory.smem_tiling": (_has("shared_memory_staging"),),  # a listing decides it
+        "memory.kernel_fusion": (_lacks("multi_kernel"),),  # no listing decides it
+        "memory.read_only_cache": (_has("shared_memory_staging", "block_reduction"),),  # nor this
+        "memory.tma": (_has("tma"),),  # a listing decides it, but the method is refused before ranking
+    }
+    registry = attrs.evolve(
+        REGISTRY,
+        methods=[attrs.evolve(_open(REGISTRY.get(i), relations=False), skip_if=skips[i]) for i in ids],
+    )
+    budget = {"compute": 0, "memory": 1, "latency": 0}
+    blind = select_methods(registry, _context(ids, budget=budget, selected_before=("memory.tma",)))
+    assert blind.unapplied_skips == {"memory.smem_tiling": ["shared_memory_staging"]}
+    # the record changes nothing in the scan: the same picks as with the condition gone
+    gone = attrs.evolve(
+        registry,
+        methods=[
+            attrs.evolve(m, skip_if=()) if m.id == "memory.smem_tiling" else m for m in registry.methods
+        ],
+    )
+    plain = select_methods(gone, _context(ids, budget=budget, selected_before=("memory.tma",)))
+    assert blind.selected == plain.selected and blind.skipped == plain.skipped
+    assert plain.unapplied_skips == {}
+    # with a listing that shows the staging, the condition applies and nothing is left unapplied
+    evidence = attrs.evolve(_context(ids, budget=budget).evidence, tags=kernel_tags(["LDS", "STS"]))
+    read = select_methods(registry, attrs.evolve(_context(ids, budget=budget), evidence=evidence))
+    assert read.unapplied_skips == {}
+    assert _skipped(read)["memory.smem_tiling"].startswith("skip condition: kernel has shared_memory_staging")
+    # an agent's choice keeps the scan's record
+    choice = validate_choice(
+        registry, _context(ids, budget=budget), Choice(methods=("memory.kernel_fusion",), why="test")
+    )
+    assert choice.unapplied_skips == select_methods(registry, _context(ids, budget=budget)).unapplied_skips

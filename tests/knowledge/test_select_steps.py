@@ -194,7 +194,7 @@ def test_run_form_records_an_agent_s_choice_beside_the_scan_s_picks(make_pm, tmp
 
     pm, store, folder = cuda_run_with_the_naive_profile(make_pm, tmp_path)
     scan = json.loads(select_in_run(pm, store, 1).read_text())
-    assert scan["chosen_by"] == "scan" and scan["why"] is None and scan["schema_version"] == 2
+    assert scan["chosen_by"] == "scan" and scan["why"] is None and scan["schema_version"] == 3
     assert scan["scan_selected"] == scan["selected"]
     assert "the budget-aware priority scan" in (folder / "analysis.md").read_text()
     scan_ids = [p["id"] for p in scan["selected"]]
@@ -344,5 +344,6 @@ def test_a_v1_methods_json_reads_as_the_scan_s_choice(tmp_path):
     shutil.copy(v1, tmp_path / "methods.json")
     assert iteration_methods(tmp_path) == ("compute.register_tiling", "memory.smem_tiling")
     selection = read_document(tmp_path / "methods.json", Selection, SELECTION_KIND)
-    assert selection.chosen_by == "scan" and selection.why is None and selection.schema_version == 2
+    assert selection.chosen_by == "scan" and selection.why is None and selection.schema_version == 3
+    assert selection.unapplied_skips is None  # v1 recorded none: unknown, not "none affected"
     assert selection.scan_selected == selection.selected and len(selection.skipped) == len(data["skipped"])
