@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 import click
+from click.core import ParameterSource
 
 from kopt_core.cli import app, envelope, outputs, render
 from kopt_core.records.state import State
@@ -82,18 +85,60 @@ def optimize_cmd(
 
     Exit 0: the run completed, or it awaits an agent's candidates (the brief's path is printed; continue
     with --resume RUN). 2: no valid kernel (every branch failed, or the generator did). 3: hardware, tool
-    or ncu failure. 4: bad baseline, reference, dims or options."""
+    or ncu failure. 4: bad baseline, reference, dims or options.
+
+    With --resume RUN, each option given is applied to the run in progress (--iterations, --k for the
+    iterations whose candidates are still to be written, --compile-jobs, --sanitizer-timeout, --generator,
+    --generator-option) or refused with its reason (--numerics-mode and --backend are fixed when a run
+    starts, --arch is a new run's): one refusal changes nothing and exits 4."""
     from pathlib import Path
 
     from kopt_core.dims import parse_dims
     from kopt_core.errors import ConfigError
-    from kopt_core.run.optimize import resume_run, start_run
+    from kopt_core.run.optimize import ResumeOptions, resume_run, start_run
 
     pm = app.plugin_manager()
+    argv = click.get_current_context().meta.get(app.AFTER_DOUBLE_DASH)
+    if argv is not None:
+        # `--generator command -- python3 gen.py --fast`: the words after "--" are the command's argv
+        # (docs/plugins.md), the same as --generator-option 'command=["python3", "gen.py", "--fast"]'.
+        if generator != "command" or not argv:
+            raise ConfigError(
+                "the words after `--` are the command generator's program and its arguments: give them "
+                "with --generator command, e.g. `--generator command -- python3 gen.py`"
+            )
+        if "command" in generator_options:
+            raise ConfigError("the command is given twice: after `--` and as --generator-option command=...")
+        generator_options = {**generator_options, "command": json.dumps(argv)}
     if resume is not None:
         if baseline or reference or extra or dims_json:
             raise ConfigError("--resume continues a run as it was started: leave out --baseline, --ref, dims")
-        outcome = resume_run(pm, resume, generator=generator, options=generator_options or None)
+        ctx = click.get_current_context()
+
+        def given(name: str, value):
+            """``value`` when the user gave the option, None when it holds its default."""
+            source = ctx.get_parameter_source(name)
+            return None if source in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP) else value
+
+        options = ResumeOptions(
+            generator=given("generator", generator),
+            generator_options=(
+                generator_options if argv is not None else given("generator_options", generator_options)
+            ),
+            iterations=given("iterations", iterations),
+            k=given("k", k),
+            compile_jobs=given("compile_jobs", compile_jobs),
+            sanitizer_timeout_s=given("sanitizer_timeout_s", sanitizer_timeout_s),
+            numerics_mode=given("numerics_mode", numerics_mode),
+            backend=given("backend", backend),
+            arch=given("arch", arch),
+        )
+        outcome = resume_run(
+            pm,
+            resume,
+            given=options,
+            on_applied=lambda change: click.echo(f"kopt: resumed with {change}", err=True),
+        )
     else:
         missing = [name for name, value in (("--baseline", baseline), ("--ref", reference)) if not value]
         if missing or generator is None:
@@ -130,6 +175,7 @@ def optimize_cmd(
             best_metric_ms=outcome.best_ms,
             baseline_ms=outcome.baseline_ms,
             brief=outcome.brief,
+            applied=list(outcome.applied),
         )
         return envelope.emit("optimize", 0, result)
     render.optimize_report(outcome)

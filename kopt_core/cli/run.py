@@ -126,23 +126,45 @@ def status_cmd(run_dir, as_json) -> int:
 @click.option(
     "--retry",
     is_flag=True,
-    help="The run stopped on a hardware/tool failure (exit 3): clear the stop and seed again.",
+    help="Clear a stop the machine caused (exit 3), or one an older kopt made on a file to fix (exit 4), "
+    "and go on: the seed runs again if the baseline was not seeded.",
+)
+@click.option(
+    "--env",
+    "env_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A new env.json from `kopt gate --out`, for a run not yet seeded (its gate refused): it becomes "
+    "the run's.",
 )
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the envelope (result: the run folder) on stdout."
 )
-def seed_cmd(state_path, retry, as_json) -> int:
+def seed_cmd(state_path, retry, env_path, as_json) -> int:
     """Validate, time and profile the baseline into baseline/; stop the run (stop.json) if it fails.
     A stopped run answers with what stopped it, exiting with that stop's code."""
-    from kopt_core.run.seed import seed_baseline
+    from kopt_core.run.seed import seed_baseline, use_env
 
     store = app.store(state_path)
     written = envelope.Written(store.run_dir)
-    state = seed_baseline(app.plugin_manager(), store, retry=retry)
+    pm = app.plugin_manager()
+    stop = store.load_stop() if retry else None
+    if env_path is not None:
+        use_env(store, env_path, retry=retry, on_warning=render.warning)
+    state = seed_baseline(pm, store, retry=retry)
+    # a retry that cleared a stop after the seed: the stage that stopped is the one to run again
+    cleared = stop is not None and not store.stop_path.is_file()
+    after = stop if cleared and stop is not None and stop.stage != "seed" else None
+    go_on = store.continue_with(after.stage, after.iteration) if after is not None else None
     if as_json:
-        result = envelope.run_result(store.run_dir, written, best_metric_ms=state.best_metric_ms)
+        extra = {"cleared": after.stage, "continue_with": go_on} if after is not None else {}
+        result = envelope.run_result(store.run_dir, written, best_metric_ms=state.best_metric_ms, **extra)
         return envelope.emit("seed", 0, result)
-    click.echo(f"seeded: baseline {state.best_metric_ms:.4f} ms")
+    if after is not None:
+        where = f" (iteration {after.iteration})" if after.iteration is not None else ""
+        click.echo(f"stop cleared: {after.stage}{where} can run again; continue with {go_on}")
+    else:
+        click.echo(f"seeded: baseline {state.best_metric_ms:.4f} ms")
     return 0
 
 

@@ -161,6 +161,10 @@ class State:
     iterations_total: int = 3
     ncu_num: int = 5
     branches: int = 4
+    # The branches per iteration from the next iteration that opens, when `kopt optimize --resume --k`
+    # changed them while the open iteration's candidates were written already (they keep ``branches``).
+    # None: no change pending. Absent from a state.json written before it: None.
+    branches_next: int | None = None
     compile_jobs: str = "auto"
     numerics_mode: str = "reference"  # reference | strict | approximate
     # Each compute-sanitizer tool's run on a branch is stopped after this long; race_safe is then unknown

@@ -44,7 +44,7 @@ from kopt_core.run.prepare import (
     prepare_in_run,
 )
 from kopt_core.run.stop import stop_on_failure
-from kopt_core.run.store import RunStore
+from kopt_core.run.store import AWAITING_CANDIDATES, RunStore
 from kopt_core.run.summary import render_summary
 
 if TYPE_CHECKING:
@@ -75,7 +75,10 @@ def explore_iteration(
     plan: PairedPlan | None = None,
 ) -> ExploreRecord:
     """Explore iteration ``iteration``'s branches, then pair its champion against the current best.
-    Every branch failing stops the run (exit 2). Running it again after it finished changes nothing."""
+    Every branch failing stops the run (exit 2), and so does the machine (exit 3). A candidates.json that
+    does not validate is a ConfigError (exit 4) naming every problem, and stops nothing: it is read before
+    anything is built or written, and the same call goes on once it is fixed. Running it again after it
+    finished changes nothing."""
     with store.locked("explore"):
         state = store.load()
         folder = open_folder(store, state, iteration, "explore")
@@ -108,7 +111,10 @@ def explore_iteration(
                 for b in record.branches
                 if b.id in record.frontier
             )
-            state = store.update(frontier=(*state.frontier, *frontier))
+            # the candidates an agent's run awaited are in and explored: the run is running again, as the
+            # one-step commands that follow (iter open) take it
+            status = {"run_status": "running"} if state.run_status == AWAITING_CANDIDATES else {}
+            state = store.update(frontier=(*state.frontier, *frontier), **status)
         if not (folder / PROMOTION_FILE).is_file():
             try:
                 comparison = promote(pm, state, folder, executor, plan or PairedPlan())

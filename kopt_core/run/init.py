@@ -81,7 +81,9 @@ def init_run(
     if not env.generation_allowed and on_warning:
         on_warning(
             "env.json does not allow generation (the hardware gate failed or was diagnostic): the run "
-            "will stop before its first benchmark; rerun `kopt gate` on a machine that passes"
+            f"will stop before its first benchmark; run `kopt gate --backend {info.name} --out env.json` "
+            "on a machine that passes and give that env.json to the run with `kopt seed --state RUN --retry "
+            "--env env.json`"
         )
 
     # 3. the options

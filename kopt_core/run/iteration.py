@@ -48,6 +48,15 @@ def recheck_hardware() -> None:
         raise HardwareError("ncu (Nsight Compute) is no longer found")
 
 
+def pending_branches(state: State) -> dict[str, int | None]:
+    """The state.json change that makes a pending branch count (``branches_next``, set by ``kopt optimize
+    --resume --k`` while the open iteration's candidates were written) the count of the iteration that
+    opens now; nothing when none is pending."""
+    if state.branches_next is None:
+        return {}
+    return {"branches": state.branches_next, "branches_next": None}
+
+
 def _first_bundle(state: State) -> str | None:
     """The metric bundle of the run's first profile: every later profile uses the same one, so that
     baseline and champion numbers stay comparable."""
@@ -116,6 +125,7 @@ def open_iteration(pm: PluginManager, store: RunStore, iteration: int) -> Path:
         store.update(
             run_status="running",
             roofline_history=(*state.roofline_history, RooflineHistoryEntry.of(iteration, outcome.roofline)),
+            **pending_branches(state),
         )
         render_summary(store)
         return final
@@ -130,6 +140,8 @@ def profile_in_run(pm: PluginManager, store: RunStore, iteration: int, which: st
         raise ConfigError(f"--which must be {BEST_INPUT} or {CHAMPION}, not {which!r}")
     with store.locked(f"profile_{which}"):
         state = store.load()
+        if state.run_status == "stopped":
+            raise store.stopped_error(state)
         folder = iteration_dir(state.run_dir, iteration)
         if not folder.is_dir():
             raise ConfigError(
@@ -191,6 +203,8 @@ def select_in_run(
     choice = choice_of(tuple(methods), why)
     with store.locked("select"):
         state = store.load()
+        if state.run_status == "stopped":
+            raise store.stopped_error(state)
         folder = iteration_dir(state.run_dir, iteration)
         if not folder.is_dir():
             raise ConfigError(f"{folder} does not exist: open the iteration first (kopt iter open)")

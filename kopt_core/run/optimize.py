@@ -13,21 +13,28 @@ kernel's profile has a workload model and every gap below 0.15: the run complete
 iteration limit (the last update completes the run). An agent generator leaves the run in
 ``awaiting_candidates`` (exit 0 with the brief's path); a generator that fails stops the run (exit 2).
 
+``--resume`` applies every option given with it that a run in progress can take (the iteration limit,
+the branches of the iterations whose candidates are still to be written, the compile pool, the sanitizer's
+limit, the generator and its options) or refuses them all, each with its reason, before anything is
+written (``ResumeOptions``, docs/loop.md, "Resuming a run").
+
 The steps are a ``LoopSteps`` record of functions: the defaults are kopt's own; an embedder (or a test on
 a machine without ncu) may hand in others for some of them.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import attrs
 from attrs import field, frozen
 
 from kopt_core import progress
-from kopt_core.errors import ConfigError, HardwareError, ValidationError
+from kopt_core.errors import ConfigError, ValidationError
 from kopt_core.generate.base import GeneratorRegistry
 from kopt_core.jsonio import write_json
 from kopt_core.records import from_data, to_data
@@ -36,6 +43,7 @@ from kopt_core.records.versions import OPTIMIZE_SCHEMA_VERSION
 from kopt_core.run.layout import (
     BENCH_FILE,
     BRIEF_MD,
+    CANDIDATES_FILE,
     CHAMPION,
     CHAMPION_REPORT,
     ENV_FILE,
@@ -45,7 +53,7 @@ from kopt_core.run.layout import (
     iteration_dir,
 )
 from kopt_core.run.stop import stop_on_failure
-from kopt_core.run.store import RunStore
+from kopt_core.run.store import AWAITING_CANDIDATES, RunLocked, RunStore, optimize_resume_command
 
 if TYPE_CHECKING:
     from kopt_core.plugins import PluginManager
@@ -53,7 +61,7 @@ if TYPE_CHECKING:
     from kopt_core.records.loop import AttributionRecord, ExploreRecord, SassCheckRecord
     from kopt_core.records.state import State
 
-AWAITING = "awaiting_candidates"
+AWAITING = AWAITING_CANDIDATES
 
 
 @frozen
@@ -77,6 +85,23 @@ class OptimizeOutcome:
     baseline_ms: float | None
     message: str = ""
     brief: str | None = None  # the brief an agent is to read, while awaiting
+    applied: tuple[str, ...] = ()  # what --resume changed, in words ("--iterations 5 (was 3)")
+
+
+@frozen
+class ResumeOptions:
+    """The options a ``kopt optimize --resume`` was given explicitly; None: not given (the command line
+    tells the two apart with click's parameter source). ``resume_run`` applies each or refuses them all."""
+
+    generator: str | None = None
+    generator_options: dict[str, str] | None = None
+    iterations: int | None = None
+    k: int | None = None
+    compile_jobs: str | None = None
+    sanitizer_timeout_s: float | None = None
+    numerics_mode: str | None = None  # fixed at init: refused unless it is the run's
+    backend: str | None = None  # fixed at init: refused unless it is the run's
+    arch: str | None = None  # only for a new run's static build: always refused
 
 
 def _default_gate(pm: PluginManager, backend: str, out: Path) -> Env:
@@ -209,7 +234,8 @@ def start_run(
     from kopt_core.backends import BackendRegistry
     from kopt_core.generate import generator_for
     from kopt_core.run.init import init_run, normalize_sanitizer_timeout
-    from kopt_core.steps.bench import preflight_kernel
+    from kopt_core.steps.bench import preflight_checked
+    from kopt_core.steps.gate import refusal
 
     sanitizer_timeout_s = normalize_sanitizer_timeout(sanitizer_timeout_s)  # exit 4 before anything
     steps = steps or LoopSteps()
@@ -217,15 +243,18 @@ def start_run(
     backend = backend or BackendRegistry.from_plugins(pm).detect(baseline).name
     generator_for(pm, generator, options)  # an unknown generator or a bad option: exit 4 before anything
     with progress.step("checking the baseline, the reference and the dims; building the baseline"):
-        preflight_kernel(pm, baseline, ref, dims, backend=backend, arch=arch, on_warning=on_warning)
+        checked = preflight_checked(
+            pm, baseline, ref, dims, backend=backend, arch=arch, on_warning=on_warning
+        )
     with tempfile.TemporaryDirectory(prefix="kopt-gate-") as scratch:
         env_path = Path(scratch) / ENV_FILE
         with progress.step("the hardware gate"):
             env = steps.gate(pm, backend, env_path)
         if not env.generation_allowed:
-            problems = "".join(f"\n  - {problem}" for problem in env.problems)
-            raise HardwareError(
-                f"the hardware gate refuses generation ({env.attempts} attempt(s)):{problems}",
+            built = f" and builds for {checked.arch}" if checked.arch else ""
+            raise refusal(
+                env,
+                passed=f"{Path(baseline).name} passed its contract checks{built}",
                 hint="`kopt gate --diagnostic --out env.json` writes the full report",
             )
         if not env_path.is_file():
@@ -267,21 +296,203 @@ def resume_run(
     pm: PluginManager,
     run_dir: str | Path,
     *,
-    generator: str | None = None,
-    options: dict[str, str] | None = None,
+    given: ResumeOptions | None = None,
     steps: LoopSteps | None = None,
+    on_applied: Callable[[str], None] | None = None,
 ) -> OptimizeOutcome:
-    """``kopt optimize --resume RUN``: go on from wherever the run is. A generator given here replaces
-    the one the run was started with (and is kept for the next resume)."""
-    from kopt_core.generate import generator_for
-
+    """``kopt optimize --resume RUN``: go on from wherever the run is, with the options ``given``
+    applied first (``apply_resume_options``: every one applied, or all refused with a ConfigError);
+    ``on_applied`` hears of each change, in words, before the loop goes on."""
     store = RunStore(Path(run_dir))
     store.load()  # a folder that is not a run: exit 4, named
-    if generator is not None:
-        plan = OptimizePlan(generator=generator, options=dict(options or {}))
-        generator_for(pm, plan.generator, plan.options)
-        write_json(store.run_dir / OPTIMIZE_FILE, to_data(plan))
-    return run_loop(pm, store, steps=steps or LoopSteps())
+    applied = apply_resume_options(pm, store, given) if given is not None else ()
+    for change in applied:
+        if on_applied is not None:
+            on_applied(change)
+    outcome = run_loop(pm, store, steps=steps or LoopSteps())
+    return attrs.evolve(outcome, applied=applied)
+
+
+def apply_resume_options(pm: PluginManager, store: RunStore, given: ResumeOptions) -> tuple[str, ...]:
+    """Apply the options a ``--resume`` was given to the run in progress (docs/loop.md, "Resuming a run"),
+    or refuse them: one ConfigError (exit 4) names each option that cannot apply and why, and then nothing
+    is changed. An option equal to the run's own value changes nothing and is accepted. Returns what
+    changed, in words. A stopped run answers with its stop, whatever was given."""
+    from kopt_core.generate import generator_for
+    from kopt_core.run.init import normalize_compile_jobs, normalize_sanitizer_timeout
+
+    with store.locked("resume"):
+        state = store.load()
+        if state.run_status == "stopped":
+            raise store.stopped_error(state)
+        has_plan = (store.run_dir / OPTIMIZE_FILE).is_file()
+        plan = read_plan(store) if has_plan or given.generator is None else None
+        refused: list[str] = []
+        applied: list[str] = []
+        changes: dict[str, Any] = {}
+        closed = state.closed_iterations
+
+        # fixed when the run started
+        if given.numerics_mode is not None and given.numerics_mode != state.numerics_mode:
+            refused.append(
+                f"--numerics-mode {given.numerics_mode}: the run's numerics mode is {state.numerics_mode}, "
+                "fixed when it started: its baseline was validated and its methods selected under it "
+                f"(start a new run with --numerics-mode {given.numerics_mode})"
+            )
+        if given.backend is not None and given.backend != state.backend:
+            refused.append(
+                f"--backend {given.backend}: the run's backend is {state.backend}, its baseline's: every "
+                "kernel of the run is built and timed by it"
+            )
+        if given.arch is not None:
+            refused.append(
+                f"--arch {given.arch}: it is the target of the static build that checks a baseline before a "
+                "new run's gate; a run in progress builds for the GPU its gate found"
+            )
+
+        # the iteration limit
+        total = state.iterations_total
+        if given.iterations is not None and given.iterations != total:
+            problem = _iterations_problem(store, state, given.iterations)
+            if problem:
+                refused.append(problem)
+            else:
+                changes["iterations_total"] = given.iterations
+                applied.append(f"--iterations {given.iterations} (was {total})")
+                total = given.iterations
+                if state.run_status == "completed" and total > closed:
+                    changes["run_status"] = "running"  # the limit had completed it: it goes on
+
+        # what applies to the iterations still to come
+        open_dir = iteration_dir(store.run_dir, closed + 1)
+        left = 0 if state.run_status == "completed" and state.stop_reason == "near_peak" else total - closed
+
+        def nothing_left(option: str) -> bool:
+            if left > 0:
+                return False
+            why = (
+                "the run completed early: its best kernel is near the hardware's peak"
+                if state.stop_reason == "near_peak"
+                else f"the run has closed {closed} of its {total} iterations (--iterations adds more)"
+            )
+            refused.append(f"{option}: no iteration is left to apply it to: {why}")
+            return True
+
+        k = given.k
+        changes_k = k is not None and (k != state.branches or state.branches_next is not None)
+        if k is not None and changes_k and not nothing_left(f"--k {k}"):
+            written = os.path.lexists(open_dir / CANDIDATES_FILE)
+            if not written:
+                changes.update(branches=k, branches_next=None)
+                applied.append(f"--k {k} (was {state.branches}), from iteration {closed + 1}")
+            elif k == state.branches:
+                changes["branches_next"] = None
+                applied.append(f"--k {k}, the run's: the change to {state.branches_next} pending is dropped")
+            elif left < 2:
+                refused.append(
+                    f"--k {k}: iteration {closed + 1}, the run's last, has its {state.branches} candidates "
+                    "written already (candidates.json), and no later iteration is left to take it"
+                )
+            elif k != state.branches_next:
+                changes["branches_next"] = k
+                applied.append(
+                    f"--k {k} (was {state.branches}), from iteration {closed + 2}: iteration "
+                    f"{closed + 1} keeps the {state.branches} candidates it has written"
+                )
+
+        if given.compile_jobs is not None:
+            try:
+                jobs = normalize_compile_jobs(given.compile_jobs)
+            except ConfigError as exc:
+                refused.append(exc.message)
+            else:
+                if jobs != state.compile_jobs and not nothing_left(f"--compile-jobs {jobs}"):
+                    changes["compile_jobs"] = jobs
+                    applied.append(
+                        f"--compile-jobs {jobs} (was {state.compile_jobs}), for the builds to come"
+                    )
+
+        if given.sanitizer_timeout_s is not None:
+            try:
+                limit = normalize_sanitizer_timeout(given.sanitizer_timeout_s)
+            except ConfigError as exc:
+                refused.append(exc.message)
+            else:
+                if limit != state.sanitizer_timeout_s and not nothing_left(f"--sanitizer-timeout {limit:g}"):
+                    changes["sanitizer_timeout_s"] = limit
+                    applied.append(
+                        f"--sanitizer-timeout {limit:g} (was {state.sanitizer_timeout_s:g}), for the "
+                        "branches explored from now on"
+                    )
+
+        # the generator
+        new_plan: OptimizePlan | None = None
+        if given.generator is not None:  # a generator named: its options are the ones given
+            new_plan = OptimizePlan(generator=given.generator, options=dict(given.generator_options or {}))
+        elif given.generator_options is not None:  # the run's: the options given replace those keys
+            assert plan is not None  # read above: a run without optimize.json needs --generator
+            new_plan = OptimizePlan(
+                generator=plan.generator, options={**plan.options, **given.generator_options}
+            )
+        if new_plan is not None and new_plan != plan:
+            option = "--generator" if given.generator is not None else "--generator-option"
+            try:
+                generator_for(pm, new_plan.generator, new_plan.options)
+            except ConfigError as exc:
+                refused.append(f"{option}: {exc.message}")
+                new_plan = None
+            else:
+                if nothing_left(option):
+                    new_plan = None
+                else:
+                    shown = ", ".join(f"{key}={value}" for key, value in new_plan.options.items())
+                    was = f" (was {plan.generator})" if plan is not None else ""
+                    applied.append(
+                        f"generator {new_plan.generator}{was}"
+                        + (f" with {shown}" if shown else "")
+                        + ", for the candidates still to be written"
+                    )
+        else:
+            new_plan = None
+
+        if refused:
+            listed = "".join(f"\n  - {problem}" for problem in refused)
+            raise ConfigError(
+                f"--resume cannot apply {len(refused)} of the options given:{listed}",
+                hint=(
+                    "nothing was changed: leave those out to continue the run as it stands "
+                    f"(`{optimize_resume_command(store.run_dir)}`), or start a new run for them"
+                ),
+            )
+        if changes:
+            store.update(**changes)
+        if new_plan is not None:
+            write_json(store.run_dir / OPTIMIZE_FILE, to_data(new_plan))
+        return tuple(applied)
+
+
+def _iterations_problem(store: RunStore, state: State, iterations: int) -> str | None:
+    """Why the run cannot take ``iterations`` as its new limit, or None. A run that completed at its limit
+    goes on under a larger one; one that completed near the peak does not (nothing is left to gain by
+    the run's rules). A limit below an iteration closed, or below the one open, is refused."""
+    closed = state.closed_iterations
+    if state.run_status == "completed" and state.stop_reason == "near_peak":
+        return (
+            f"--iterations {iterations}: the run completed early because its best kernel is near the "
+            "hardware's peak (state.json stop_reason near_peak): by the run's rules no gap is left to "
+            f"close; start a new run from {state.best_file} to try anyway"
+        )
+    if iterations < closed:
+        return (
+            f"--iterations {iterations}: the run has closed {closed} iterations already; give {closed} or "
+            "more"
+        )
+    if iteration_dir(store.run_dir, closed + 1).is_dir() and iterations <= closed:
+        return (
+            f"--iterations {iterations}: iteration {closed + 1} is open already "
+            f"({iteration_dir(store.run_dir, closed + 1).name}/); give {closed + 1} or more"
+        )
+    return None
 
 
 def run_loop(pm: PluginManager, store: RunStore, *, steps: LoopSteps) -> OptimizeOutcome:
@@ -302,6 +513,10 @@ def run_loop(pm: PluginManager, store: RunStore, *, steps: LoopSteps) -> Optimiz
         iteration = state.closed_iterations + 1
         folder = iteration_dir(store.run_dir, iteration)
         fresh = not folder.is_dir()
+        if fresh and state.branches_next is not None:  # a --k given while the last one's were written
+            from kopt_core.run.iteration import pending_branches
+
+            store.update(**pending_branches(state))
         with progress.step(f"iteration {iteration}: profiling the best kernel"):
             steps.open(pm, store, iteration)
         if fresh and _near_peak(store):
@@ -310,7 +525,18 @@ def run_loop(pm: PluginManager, store: RunStore, *, steps: LoopSteps) -> Optimiz
         with progress.step(f"iteration {iteration}: selecting methods"):
             steps.select(pm, store, iteration, plan.generator)
         with progress.step(f"iteration {iteration}: generating candidates ({plan.generator})"):
-            result = steps.generate(pm, store, iteration, plan.generator, dict(plan.options))
+            try:
+                result = steps.generate(pm, store, iteration, plan.generator, dict(plan.options))
+            except ConfigError as error:  # candidates that do not validate: the run waits for the fix
+                if isinstance(error, RunLocked):
+                    raise
+                waiting = (
+                    f"the run is not stopped: once that is fixed, `{optimize_resume_command(store.run_dir)}` "
+                    "goes on"
+                )
+                error.hint = f"{error.hint}; {waiting}" if error.hint else waiting
+                raise
+
         if result.status == "awaiting":
             store.update(run_status=AWAITING)
             steps.summarize(pm, store)
@@ -374,6 +600,8 @@ __all__ = [
     "LoopSteps",
     "OptimizeOutcome",
     "OptimizePlan",
+    "ResumeOptions",
+    "apply_resume_options",
     "resume_run",
     "run_loop",
     "select_for_search",

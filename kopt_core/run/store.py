@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shlex
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,7 +34,7 @@ from kopt_core.jsonio import dumps, write_json, write_text_atomic
 from kopt_core.records.converter import to_data
 from kopt_core.records.state import Env, State, StopRecord
 from kopt_core.records.versions import read_document
-from kopt_core.run.layout import ENV_FILE, LOCK_FILE, STATE_FILE, STOP_FILE, SUMMARY_FILE
+from kopt_core.run.layout import ENV_FILE, LOCK_FILE, OPTIMIZE_FILE, STATE_FILE, STOP_FILE, SUMMARY_FILE
 
 GATE_HINT = "run `kopt gate --out env.json` first and pass its env.json with --env"
 GATE_AGAIN_HINT = "run `kopt gate --out env.json` again and pass the new env.json with --env"
@@ -43,12 +44,52 @@ STATE_HINT = (
 STOP_HINT = "kopt writes stop.json itself: delete it, or fix the named fields by hand"
 
 
+# The status of a run whose open iteration awaits its candidates (kopt optimize with an agent generator).
+AWAITING_CANDIDATES = "awaiting_candidates"
+
+
 class RunLocked(ConfigError):
     """Another kopt holds this run's lock. Two kopts on one run is a usage problem: exit 4."""
 
 
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# ------------------------------------------------------------------------------ the commands that go on
+
+# The one-step command that runs each stage of a run (the stages stop.json names), given the run folder and
+# the iteration: what a message names for the user to run again.
+_STAGE_COMMANDS = {
+    "seed": "kopt seed --state {run}",
+    "iter_open": "kopt iter open --state {run} --iter {i}",
+    "explore": "kopt explore --state {run} --iter {i}",
+    "promote": "kopt explore --state {run} --iter {i}",  # the promotion is explore's last part
+    "profile_best_input": "kopt profile --state {run} --iter {i} --which best_input",
+    "profile_kernel": "kopt profile --state {run} --iter {i} --which kernel",
+    "ablate": "kopt ablate --state {run} --iter {i}",
+    "sass": "kopt sass --state {run} --iter {i}",
+    "update": "kopt update --state {run} --iter {i}",
+}
+
+
+def stage_command(run_dir: str | os.PathLike[str], stage: str, iteration: int | None) -> str | None:
+    """The command that runs ``stage`` of the run in ``run_dir`` (of ``iteration``) again, or None for a
+    stage no one-step command runs (``generate``: ``kopt optimize --resume`` does)."""
+    template = _STAGE_COMMANDS.get(stage)
+    if template is None:
+        return None
+    return template.format(run=shlex.quote(str(run_dir)), i=iteration if iteration is not None else "I")
+
+
+def optimize_resume_command(run_dir: str | os.PathLike[str]) -> str:
+    """The command that continues a run ``kopt optimize`` started, from wherever it stands."""
+    return f"kopt optimize --resume {shlex.quote(str(run_dir))}"
+
+
+def retry_command(run_dir: str | os.PathLike[str]) -> str:
+    """The command that clears a stop the machine caused (docs/loop.md, "Stopping")."""
+    return f"kopt seed --state {shlex.quote(str(run_dir))} --retry"
 
 
 # ------------------------------------------------------------------------------------------------- env.json
@@ -132,28 +173,77 @@ class RunStore:
     def remove_stop(self) -> None:
         self.stop_path.unlink(missing_ok=True)
 
+    def is_optimize_run(self) -> bool:
+        """Whether ``kopt optimize`` started the run (it keeps optimize.json): ``--resume`` continues it."""
+        return (self.run_dir / OPTIMIZE_FILE).is_file()
+
+    def continue_with(self, stage: str, iteration: int | None) -> str:
+        """The command(s) that go on with ``stage`` of ``iteration``, quoted for a message: the stage's own
+        command, and ``kopt optimize --resume RUN`` for a run kopt optimize started."""
+        commands = [stage_command(self.run_dir, stage, iteration)]
+        if self.is_optimize_run():
+            commands.append(optimize_resume_command(self.run_dir))
+        return " or ".join(f"`{command}`" for command in commands if command)
+
     def stopped_error(self, state: State, *, retrying: bool = False) -> KoptError:
-        """What a step answers on a stopped run: the stage and reason stop.json records and how to start
-        again (``kopt seed --retry`` after an environment failure, exit 3; a new run otherwise), with the
-        exit code that stopped the run. ``retrying``: the answer to a refused ``kopt seed --retry``."""
+        """What a step answers on a stopped run: the stage and reason stop.json records and the command
+        that goes on (``kopt seed --retry`` clears every stop but a kernel's, exit 2, then the stage's own
+        command runs again; a kernel that failed validation needs a new run), with the exit code that
+        stopped the run. ``retrying``: the answer to a refused ``kopt seed --retry``."""
         stop = self.load_stop()
         stage = stop.stage if stop else state.stop_stage or "unknown stage"
         reason = (stop.reason if stop else state.stop_reason) or "no reason recorded"
         code = stop.exit_code if stop else EXIT_CONFIG
-        where = f" (iteration {stop.iteration})" if stop and stop.iteration is not None else ""
+        iteration = stop.iteration if stop else None
+        where = f" (iteration {iteration})" if iteration is not None else ""
         prefix = "cannot retry: " if retrying else ""
         message = f"{prefix}run {self.run_dir} is stopped: {stage}{where} failed (exit {code}): {reason}"
-        if code == EXIT_HARDWARE:
+        retry = retry_command(self.run_dir)
+        if stop is None:
             hint = (
-                "the cause was the hardware or a tool: fix it, then start again with "
-                f"`kopt seed --state {self.run_dir} --retry`"
+                f"state.json says the run is stopped but it has no {STOP_FILE} to say with which exit code, "
+                "so nothing can clear it: start a new run with `kopt init` (or `kopt optimize`)"
             )
+        elif code == EXIT_INVALID_KERNEL:
+            if stage == "seed":
+                hint = (
+                    "--retry clears a stop the machine caused (exit 3) or a file to fix (exit 4); here the "
+                    "kernel failed validation, which a retry does not change: fix the baseline, reference "
+                    "or dims and start a new run with `kopt init`"
+                )
+            else:
+                hint = (
+                    "--retry clears a stop the machine caused (exit 3) or a file to fix (exit 4); here "
+                    f"{'the generator' if stage == 'generate' else 'every branch'} failed, which a retry "
+                    "does not change (the run's documents keep why): start a new run from the best kernel "
+                    f"so far, {state.best_file}, with `kopt init` or `kopt optimize`"
+                )
         else:
-            why = "the kernel failed validation" if code == EXIT_INVALID_KERNEL else "the input was bad"
-            hint = (
-                f"--retry clears only a hardware/tool stop (exit 3); here {why}, which a retry does not "
-                "change: fix the baseline, reference or dims and start a new run with `kopt init`"
-            )
+            if code == EXIT_HARDWARE and stage == "seed" and not state.generation_allowed:
+                cause = (
+                    f"the hardware gate refused the run: run `kopt gate --backend {state.backend} --out "
+                    "env.json` on a machine that passes, then"
+                )
+                clear = f"`{retry} --env env.json`"
+            elif code == EXIT_HARDWARE:
+                cause = "the cause was the machine or a tool: fix it, then clear the stop with"
+                clear = f"`{retry}`"
+            elif code == EXIT_CONFIG:  # an older kopt stopped runs on a file to fix; this one never does
+                cause = (
+                    "the cause was a file to fix, which no longer stops a run: fix it, then clear the stop "
+                    "with"
+                )
+                clear = f"`{retry}`"
+            else:
+                cause = "the cause was neither the kernel nor its files: clear the stop with"
+                clear = f"`{retry}`"
+            if stage == "seed":
+                after = " (it seeds the baseline again)"
+                if self.is_optimize_run():
+                    after += f", then `{optimize_resume_command(self.run_dir)}`"
+            else:
+                after = f", then continue with {self.continue_with(stage, iteration)}"
+            hint = f"{cause} {clear}{after}"
         kind = {EXIT_HARDWARE: HardwareError, EXIT_INVALID_KERNEL: ValidationError}.get(code, ConfigError)
         return kind(message, hint=hint)
 
