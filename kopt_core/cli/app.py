@@ -46,10 +46,13 @@ class KoptCommand(click.Command):
     named arhc, and the --arch asked for would silently not be used. A dim whose name is that close to an
     option goes in ``--dims``, which is never checked against the options."""
 
+    takes_argv = False
+
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        # The words after a first "--" are kept apart, as written (a command generator's argv): click
-        # would take them as more free words, and a dim parser would refuse them.
-        if "--" in args:
+        # For a command that takes a program after "--" (``takes_argv``: kopt optimize's command
+        # generator), the words after the first "--" are kept apart, as written: click would take them as
+        # more free words, and a dim parser would refuse them. Elsewhere "--" only ends the options.
+        if self.takes_argv and "--" in args:
             cut = args.index("--")
             args, ctx.meta[AFTER_DOUBLE_DASH] = args[:cut], list(args[cut + 1 :])
         rest = super().parse_args(ctx, args)

@@ -180,3 +180,7 @@ def optimize_cmd(
         return envelope.emit("optimize", 0, result)
     render.optimize_report(outcome)
     return 0
+
+
+# The words after `--` are the command generator's program and its arguments (app.KoptCommand).
+optimize_cmd.takes_argv = True  # type: ignore[attr-defined]
