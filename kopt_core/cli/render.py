@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kopt_core.records import BenchResult, TimingStats
+from kopt_core.run.store import AWAITING_CANDIDATES
 from kopt_core.run.summary import fmt_ms
 
 out = Console()
@@ -467,7 +468,7 @@ def update_report(state, iteration: int) -> None:
 def optimize_report(outcome) -> None:
     """Where ``kopt optimize`` left the run: completed with the result, or waiting for an agent."""
     run = escape(str(outcome.run_dir))
-    if outcome.status == "awaiting_candidates":
+    if outcome.status == AWAITING_CANDIDATES:
         out.print(f"[bold]kopt optimize[/bold]: {run} awaits the candidates of its next iteration")
         out.print(f"  read {escape(str(outcome.brief))}, write what it asks, then:")
         out.print(f"  kopt optimize --resume {run}", highlight=False)

@@ -31,10 +31,10 @@ from kopt_core.run.layout import (
     iteration_dir,
     kernel_file,
 )
-from kopt_core.run.store import RunStore
+from kopt_core.run.store import AWAITING_BRANCHES_LEGACY, AWAITING_CANDIDATES, RunStore
 
 # The statuses in which an opened iteration may be generated: running, or waiting for its candidates.
-GENERATING_STATUSES = ("running", "awaiting_candidates", "awaiting_branches")
+GENERATING_STATUSES = ("running", AWAITING_CANDIDATES, AWAITING_BRANCHES_LEGACY)
 
 
 def generation_context(

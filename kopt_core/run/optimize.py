@@ -61,8 +61,6 @@ if TYPE_CHECKING:
     from kopt_core.records.loop import AttributionRecord, ExploreRecord, SassCheckRecord
     from kopt_core.records.state import State
 
-AWAITING = AWAITING_CANDIDATES
-
 
 @frozen
 class OptimizePlan:
@@ -538,9 +536,9 @@ def run_loop(pm: PluginManager, store: RunStore, *, steps: LoopSteps) -> Optimiz
                 raise
 
         if result.status == "awaiting":
-            store.update(run_status=AWAITING)
+            store.update(run_status=AWAITING_CANDIDATES)
             steps.summarize(pm, store)
-            return _outcome(store, AWAITING, result.message, brief=str(folder / BRIEF_MD))
+            return _outcome(store, AWAITING_CANDIDATES, result.message, brief=str(folder / BRIEF_MD))
         if result.status == "failed":
             stop_on_failure(
                 store,
@@ -548,7 +546,7 @@ def run_loop(pm: PluginManager, store: RunStore, *, steps: LoopSteps) -> Optimiz
                 ValidationError(f"the {plan.generator} generator failed: {result.message}"),
                 iteration=iteration,
             )
-        if store.load().run_status == AWAITING:
+        if store.load().run_status == AWAITING_CANDIDATES:
             store.update(run_status="running")
         with progress.step(f"iteration {iteration}: exploring the branches and pairing the champion"):
             steps.explore(pm, store, iteration)
@@ -596,7 +594,6 @@ def _outcome(store: RunStore, status: str, message: str, brief: str | None = Non
 
 
 __all__ = [
-    "AWAITING",
     "LoopSteps",
     "OptimizeOutcome",
     "OptimizePlan",

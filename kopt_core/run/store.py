@@ -46,6 +46,8 @@ STOP_HINT = "kopt writes stop.json itself: delete it, or fix the named fields by
 
 # The status of a run whose open iteration awaits its candidates (kopt optimize with an agent generator).
 AWAITING_CANDIDATES = "awaiting_candidates"
+# The same status as runs written before the generators came in named it; still read, never written.
+AWAITING_BRANCHES_LEGACY = "awaiting_branches"
 
 
 class RunLocked(ConfigError):
