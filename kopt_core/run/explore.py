@@ -207,18 +207,26 @@ def _explore(
     seconds["race_check"] = round(time.perf_counter() - started, 3)
 
     branches = tuple(BranchOutcome(**outcomes[spec.id]) for spec in candidates.branches)
-    passing = [b for b in branches if b.passed and b.median_ms is not None]
-    champion = min(passing, key=lambda b: (b.median_ms, _index(b.id))) if passing else None
+    champion, frontier = champion_of(branches)
     return ExploreRecord(
         iteration=iteration,
         branches=branches,
         champion=champion.id if champion else None,
         champion_ms=champion.median_ms if champion else None,
-        frontier=tuple(b.id for b in passing if champion is not None and b.id != champion.id),
+        frontier=frontier,
         compile_jobs=compile_plan.workers,
         compile_jobs_reason=compile_plan.reason,
         seconds=seconds,
     )
+
+
+def champion_of(branches: Sequence[BranchOutcome]) -> tuple[BranchOutcome | None, tuple[str, ...]]:
+    """The champion, the least median among the branches that passed every gate (ties to the lowest
+    branch number: b2 before b10), or None when none passed; and the frontier, the ids of the other
+    passing branches in the order given."""
+    passing = [b for b in branches if b.passed and b.median_ms is not None]
+    champion = min(passing, key=lambda b: (b.median_ms, _index(b.id))) if passing else None
+    return champion, tuple(b.id for b in passing if champion is not None and b.id != champion.id)
 
 
 def _timed(outcome: dict) -> bool:

@@ -276,7 +276,10 @@ def start_run(
 
 
 def read_plan(store: RunStore) -> OptimizePlan:
+    from cattrs import BaseValidationError
+
     from kopt_core.jsonio import read_json
+    from kopt_core.records.converter import field_problems
 
     path = store.run_dir / OPTIMIZE_FILE
     if not path.is_file():
@@ -286,6 +289,8 @@ def read_plan(store: RunStore) -> OptimizePlan:
         )
     try:
         return from_data(read_json(path), OptimizePlan)
+    except BaseValidationError as exc:  # a field missing or of the wrong type: each named
+        raise ConfigError(f"{path} is not a kopt optimize plan: {'; '.join(field_problems(exc))}") from None
     except (ValueError, TypeError, KeyError) as exc:
         raise ConfigError(f"{path} is not a kopt optimize plan: {exc}") from None
 
