@@ -95,6 +95,11 @@ TESTS: dict[str, tuple[str, ...]] = {
     "kopt_core/run/update.py": ("tests/run/test_update.py", "tests/run/test_update_mutants.py"),
     # the search's promotion: which configuration passes (judge) and which are kept (fastest_passing)
     "kopt_core/search/promotion.py": ("tests/search/test_promotion.py",),
+    # the step layer (issue 26): run folders in tmp_path, the bench and pairing answered by records
+    "kopt_core/run/explore.py": ("tests/run/test_explore_mutants.py", "tests/run/test_race_check.py"),
+    "kopt_core/run/ablate.py": ("tests/run/test_ablate_mutants.py",),
+    "kopt_core/run/seed.py": ("tests/run/test_seed_mutants.py",),
+    "kopt_core/run/optimize.py": ("tests/run/test_optimize_mutants.py",),
 }
 
 # What a workspace links to (mutmut copies them into its mutants/ folder).

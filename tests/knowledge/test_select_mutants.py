@@ -566,6 +566,21 @@ def test_the_per_axis_cap_and_the_budget_at_their_edges():
     )
 
 
+@pytest.mark.parametrize("budget", [{"compute": 0, "memory": 0, "latency": 0}, {}])
+def test_an_all_zero_budget_takes_no_method_but_an_empty_choice(budget):
+    # every gap closed (or none measured): the iteration has no slot, so any method is one too many; a
+    # choice of none (a hyperparameter-only iteration) is still accepted
+    reg = registry(method("memory.m1"), method("compute.c"))
+    ctx = context(budget=budget)
+    with pytest.raises(ChoiceRejected) as refused:
+        validate_choice(reg, ctx, Choice(methods=("memory.m1",), why="one"))
+    assert refused.value.problems == (
+        "1 methods chosen, but this iteration's budget from the roofline gaps is 0 (compute 0, memory 0, "
+        "latency 0)",
+    )
+    assert validate_choice(reg, ctx, Choice(methods=(), why="tune the tiles")).selected == ()
+
+
 @pytest.mark.parametrize(
     "given, suggestion",
     [
