@@ -37,7 +37,8 @@ from kopt_core import progress
 from kopt_core.errors import ConfigError, ValidationError
 from kopt_core.generate.base import GeneratorRegistry
 from kopt_core.jsonio import write_json
-from kopt_core.records import from_data, to_data
+from kopt_core.records import to_data
+from kopt_core.records.converter import from_document
 from kopt_core.records.state import SANITIZER_TIMEOUT_S, Env
 from kopt_core.records.versions import OPTIMIZE_SCHEMA_VERSION
 from kopt_core.run.layout import (
@@ -276,10 +277,7 @@ def start_run(
 
 
 def read_plan(store: RunStore) -> OptimizePlan:
-    from cattrs import BaseValidationError
-
     from kopt_core.jsonio import read_json
-    from kopt_core.records.converter import field_problems
 
     path = store.run_dir / OPTIMIZE_FILE
     if not path.is_file():
@@ -288,9 +286,7 @@ def read_plan(store: RunStore) -> OptimizePlan:
             hint="continue it with the one-step commands, or give --generator to --resume",
         )
     try:
-        return from_data(read_json(path), OptimizePlan)
-    except BaseValidationError as exc:  # a field missing or of the wrong type: each named
-        raise ConfigError(f"{path} is not a kopt optimize plan: {'; '.join(field_problems(exc))}") from None
+        return from_document(read_json(path), OptimizePlan)  # strict: every bad field named
     except (ValueError, TypeError, KeyError) as exc:
         raise ConfigError(f"{path} is not a kopt optimize plan: {exc}") from None
 
