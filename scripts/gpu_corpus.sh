@@ -7,7 +7,8 @@
 #   bash scripts/gpu_corpus.sh bench OUT     the corpus through bench and a pairing, every form, and the
 #                                            honest controls through all four entry points
 #   bash scripts/gpu_corpus.sh explore OUT K/N   the corpus through explore with promotion and a search
-#                                            trial, the K-th of N parts of the classes (1/2 and 2/2 fit)
+#                                            trial, the K-th of N parts of the classes (alone, about
+#                                            35 s a class: 1/2 and 2/2 each fit a call)
 # Tests whose verdict rests on a time run alone on the GPU: the honest controls, content_memo's repeat
 # trap, host_wait_side_stream's race, and explore (its baseline is the honest control, benched). bench's other tests run four at a time:
 # their verdicts rest on checks, not on times. Never run two explores at once on one GPU: the honest
