@@ -63,22 +63,40 @@ ARCH = "sm_90a"
 
 
 def load_cases(corpus: Path = CORPUS, only: list[str] | None = None) -> list[dict]:
-    """Every case of the corpus in name order: case.json plus ``name``, ``dir``, ``kernel`` and ``ref``.
-    ``only`` keeps the named cases (a name, or its leading number)."""
+    """Every case of the corpus in name order: case.json plus ``name``, ``dir``, ``kernel``, ``ref`` and
+    ``split``. A case is a folder with a case.json, directly in the corpus (the selection corpus) or one
+    level down (a ladder's steps, ``<ladder>/<NN_step>``, named so, whose ref.py may be the ladder's);
+    ``split`` is the ladder's in the corpus's split.json ("tune" or "held_out"), else None. ``only``
+    keeps the named cases (a name, its leading number, or a ladder's name for all its steps)."""
+    splits: dict[str, str] = {}
+    if (corpus / "split.json").is_file():
+        declared = json.loads((corpus / "split.json").read_text())
+        splits = {ladder: split for split in ("tune", "held_out") for ladder in declared.get(split, ())}
     cases = []
-    for folder in sorted(p for p in corpus.iterdir() if (p / "case.json").is_file()):
-        case = json.loads((folder / "case.json").read_text())
+    for path in sorted([*corpus.glob("*/case.json"), *corpus.glob("*/*/case.json")]):
+        folder = path.parent
+        case = json.loads(path.read_text())
+        ref = folder / "ref.py" if (folder / "ref.py").is_file() else folder.parent / "ref.py"
+        group = folder.parent.name if folder.parent != corpus else None
         case.update(
-            name=folder.name,
+            name=str(folder.relative_to(corpus)),
             dir=folder,
             kernel=folder / KERNEL_FILES[case["backend"]],
-            ref=folder / "ref.py",
+            ref=ref,
+            ladder=case.get("ladder", group),
+            split=splits.get(group) if group else None,
         )
         cases.append(case)
+
+    def keys(case: dict) -> set[str]:  # a case's name, its leading number, its ladder
+        head, _, step = case["name"].rpartition("/")
+        number = step.split("_", 1)[0]
+        return {case["name"], f"{head}/{number}" if head else number, *([head] if head else [])}
+
     if only:
         wanted = set(only)
-        cases = [c for c in cases if c["name"] in wanted or c["name"].split("_", 1)[0] in wanted]
-        missing = wanted - {c["name"] for c in cases} - {c["name"].split("_", 1)[0] for c in cases}
+        cases = [c for c in cases if keys(c) & wanted]
+        missing = wanted - set().union(*(keys(c) for c in cases)) if cases else wanted
         if missing:
             raise SystemExit(f"no such case: {', '.join(sorted(missing))}")
     return cases
@@ -152,7 +170,7 @@ def write_archive(corpus: Path, archive: Path) -> int:
     archive.parent.mkdir(parents=True, exist_ok=True)
     count = 0
     with tarfile.open(archive, "w:gz") as tar:
-        for folder in sorted(corpus.glob("*/evidence")):
+        for folder in sorted([*corpus.glob("*/evidence"), *corpus.glob("*/*/evidence")]):
             for path in sorted(p for p in folder.rglob("*") if p.is_file()):
                 tar.add(path, arcname=str(prefix / path.relative_to(corpus)))
                 count += 1
@@ -316,7 +334,14 @@ def profile_corpus(args: argparse.Namespace) -> int:
                 bench=benches[name],
             )
             kept = keep_evidence(out, case["dir"] / "evidence" / bundle)
-            return outcome, kept, time.monotonic() - started
+            # the import of the raw CSV just written, with the same kernel, reference and dims: the same
+            # evidence and selection as the live profile (issue 27), checked while the profile is fresh
+            try:
+                with tempfile.TemporaryDirectory(prefix="kopt-import-parity-") as scratch:
+                    parity = import_parity(case, case["dir"] / "evidence" / bundle, Path(scratch))
+            except Exception as error:  # the check failing is recorded, the live evidence still kept
+                parity = {"same": False, "differs": [f"import failed: {type(error).__name__}: {error}"]}
+            return outcome, kept, time.monotonic() - started, parity
 
         # every case's first bundle before any case's second: a deadline leaves whole bundles behind
         jobs = [(case, bundle) for bundle in bundles for case in cases if case["name"] in benches]
@@ -337,7 +362,7 @@ def profile_corpus(args: argparse.Namespace) -> int:
                 case, bundle = futures.pop(future)
                 entry: dict = {"ok": False}
                 try:
-                    outcome, kept, seconds = future.result()
+                    outcome, kept, seconds, parity = future.result()
                     summary = outcome.summary
                     entry = {
                         "ok": True,
@@ -350,6 +375,7 @@ def profile_corpus(args: argparse.Namespace) -> int:
                         "files": kept,
                         "bound": outcome.roofline.bound,
                         "label": outcome.roofline.label,
+                        "import_parity": parity,
                     }
                     say(
                         clock,
@@ -408,25 +434,76 @@ def rates(rows: list[dict]) -> dict:
 
 
 def reimport(case: dict, folder: Path, scratch: Path) -> Path:
-    """The kept raw CSV analysed again by this kopt (the reference gives the workload model); returns the
-    folder holding the new roofline.json and ncu_top.json."""
+    """The kept raw CSV analysed again by this kopt as ``kopt profile --import RAW KERNEL --ref REF
+    --sass SASS DIMS`` does (the kernel and the reference give the buffers and the workload model, the
+    kept listing the SASS); returns the folder holding the new roofline.json, ncu_top.json and
+    profile.json. Only for a kernel whose inputs its setup() makes are the buffers the kept profile.json's
+    (a bench's, which no static reading can know)."""
     from kopt_core import profile_standalone
 
     raw = scratch / "kernel.raw.csv"
     with gzip.open(folder / RAW_NAME, "rb") as source, raw.open("wb") as target:
         shutil.copyfileobj(source, target)
     out = scratch / "reimported"
-    profile_standalone(None, case["ref"], case["dims"], import_path=raw, out_dir=out)
-    # An imported report knows nothing of the run that made it: the buffers, the default workload model
-    # and the SASS listing come from the profile.json kept beside it.
-    kept = json.loads((folder / "profile.json").read_text())
+    sass = folder / SASS_NAME
+    profile_standalone(
+        case["kernel"] if Path(case["kernel"]).is_file() else None,  # without it: the reference's buffers
+        case["ref"],
+        case["dims"],
+        import_path=raw,
+        out_dir=out,
+        backend=case["backend"],
+        sass=sass if sass.is_file() else None,
+    )
     again = json.loads((out / "profile.json").read_text())
-    for key in ("buffers", "workload", "sass"):
-        again[key] = kept.get(key)
-    (out / "profile.json").write_text(json.dumps(again, indent=2) + "\n")
-    if (folder / SASS_NAME).is_file():
-        shutil.copy(folder / SASS_NAME, out / SASS_NAME)
+    if not again.get("buffers"):
+        kept = json.loads((folder / "profile.json").read_text())
+        if kept.get("buffers"):
+            from kopt_core.records import BufferMoved, from_data
+            from kopt_core.records.roofline import DEFAULT_CEILINGS
+            from kopt_core.steps.profile import workload_used
+
+            buffers = tuple(from_data(b, BufferMoved) for b in kept["buffers"])
+            model = None if (again.get("workload") or {}).get("source") != "reference" else again["workload"]
+            if model is None:
+                used = workload_used(None, buffers, again.get("ncu_duration_ms"), DEFAULT_CEILINGS)
+                from kopt_core.records import to_data
+
+                again["workload"] = to_data(used) if used else None
+            again["buffers"] = kept["buffers"]
+            (out / "profile.json").write_text(json.dumps(again, indent=2) + "\n")
     return out
+
+
+def import_parity(case: dict, live: Path, scratch: Path, *, arch: str = ARCH) -> dict:
+    """Does the import of a live profile's raw CSV (``reimport``) give the same ncu_top.json (but for its
+    bundle_reason, which says where it came from), roofline.json and selection as the live profile in
+    ``live``? {"same": bool, "differs": [names]}."""
+    from kopt_core import select_standalone
+
+    again = reimport(case, live, scratch)
+    differs = []
+    for name in ("ncu_top.json", "roofline.json"):
+        a, b = json.loads((live / name).read_text()), json.loads((again / name).read_text())
+        a.pop("bundle_reason", None)
+        b.pop("bundle_reason", None)
+        if a != b:
+            differs.append(
+                f"{name}: " + ", ".join(sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)))
+            )
+    picks = []
+    for source in (live, again):
+        methods = select_standalone(
+            source / "roofline.json",
+            source / "ncu_top.json",
+            arch=arch,
+            backend=case["backend"],
+            out_dir=scratch / f"selection_{len(picks)}",
+        )
+        picks.append([m["id"] for m in json.loads(methods.read_text())["selected"]])
+    if picks[0] != picks[1]:
+        differs.append(f"selection: live {picks[0]}, imported {picks[1]}")
+    return {"same": not differs, "differs": differs}
 
 
 def refresh_corpus(corpus: Path = CORPUS, only: list[str] | None = None) -> int:
@@ -472,6 +549,8 @@ def score_case(case: dict, bundle: str, folder: Path, *, arch: str = ARCH, again
     selected = [m["id"] for m in selection["selected"]]
     return {
         "case": case["name"],
+        "ladder": case.get("ladder"),
+        "split": case.get("split"),
         "bundle": bundle,
         "backend": case["backend"],
         "kind": case["kind"],
@@ -489,8 +568,12 @@ def score_corpus(
     """Every evidence folder of the corpus scored; ``rows`` (one per case and bundle), ``without_evidence``
     (case names), ``errors`` (case, bundle, message) and the rates per bundle and over all."""
     rows, errors, without = [], [], []
+    unlabelled = []
     for case in load_cases(corpus, only):
         folders = evidence_folders(case)
+        if not case.get("labels"):  # a ladder's last step: nothing comes after it to label it with
+            unlabelled.append(case["name"])
+            continue
         if not folders:
             without.append(case["name"])
         for bundle, folder in folders.items():
@@ -504,10 +587,28 @@ def score_corpus(
         "arch": arch,
         "rows": rows,
         "without_evidence": without,
+        "unlabelled": unlabelled,
         "errors": errors,
         "rates": {
             "all": rates(rows),
             **{bundle: rates([r for r in rows if r["bundle"] == bundle]) for bundle in BUNDLES},
+        },
+        # ladders: each split and each ladder, over both bundles and per bundle
+        "by_split": {
+            split: {
+                "all": rates([r for r in rows if r["split"] == split]),
+                **{b: rates([r for r in rows if r["split"] == split and r["bundle"] == b]) for b in BUNDLES},
+            }
+            for split in sorted({r["split"] for r in rows if r["split"]})
+        },
+        "by_ladder": {
+            ladder: {
+                "all": rates([r for r in rows if r["ladder"] == ladder]),
+                **{
+                    b: rates([r for r in rows if r["ladder"] == ladder and r["bundle"] == b]) for b in BUNDLES
+                },
+            }
+            for ladder in sorted({r["ladder"] for r in rows if r["ladder"]})
         },
     }
 
@@ -538,7 +639,17 @@ def render_table(result: dict, *, markdown: bool) -> str:
                 f"{name}: hit rate {percent(r['hit_rate'])} ({r['hits']}/{r['profiles']}), waste rate "
                 f"{percent(r['waste_rate'])} ({r['wasted']}/{r['selected']} selected slots)"
             )
+    for group in ("by_split", "by_ladder"):
+        for key, by_bundle in result.get(group, {}).items():
+            for bundle, r in by_bundle.items():
+                if r["profiles"]:
+                    totals.append(
+                        f"{key} [{bundle}]: hit rate {percent(r['hit_rate'])} ({r['hits']}/{r['profiles']}), "
+                        f"waste rate {percent(r['waste_rate'])} ({r['wasted']}/{r['selected']})"
+                    )
     notes = []
+    if result.get("unlabelled"):
+        notes.append(f"last steps, not scored: {', '.join(result['unlabelled'])}")
     if result["without_evidence"]:
         notes.append(f"no evidence: {', '.join(result['without_evidence'])}")
     notes += [f"error {e['case']} [{e['bundle']}]: {e['error']}" for e in result["errors"]]

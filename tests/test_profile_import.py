@@ -88,8 +88,14 @@ def test_the_peak_dtype_of_an_imported_report_is_the_input_with_most_bytes(tmp_p
         "            'c': {'shape': (M,), 'role': 'output', 'dtype': 'float16'}}\n"
     )
     # a: 1000 halves = 2000 bytes; b: 600 floats = 2400 bytes -> b bounds the kernel
-    model, dtype = reference_evidence(ref, {"M": 1000, "N": 7})
-    assert model == {"flops": 2000.0, "bytes_min": 4000.0} and dtype == "float32"
+    context = reference_evidence(ref, {"M": 1000, "N": 7})
+    assert context.model == {"flops": 2000.0, "bytes_min": 4000.0} and context.peak_dtype == "float32"
+    # the buffers as a bench records them: a's 1000 halves, b's 600 floats, c's 1000 halves
+    assert [(b.name, b.dtype, b.role, b.bytes) for b in context.buffers] == [
+        ("a", "float16", "input", 2000),
+        ("b", "float32", "input", 2400),
+        ("c", "float16", "output", 2000),
+    ]
 
 
 def test_the_options_of_the_command_reach_the_evidence(tmp_path):

@@ -24,6 +24,13 @@ from kopt_core.records.profile import BUNDLES
     default=None,
     help="Analyse an existing .ncu-rep (needs ncu) or raw-page CSV (needs nothing) instead of profiling.",
 )
+@click.option(
+    "--sass",
+    "sass_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="With --import: the kernel's SASS (cuobjdump -sass); default: NAME.sass beside NAME.raw.csv.",
+)
 @app.dims_option("Dims as JSON.")
 @click.option("--backend", default=None, help="Backend name (default: detected from the file).")
 @click.option("--arch", default=None, help="Target architecture (default: the GPU's).")
@@ -95,6 +102,7 @@ def profile_cmd(
     args,
     reference,
     import_path,
+    sass_path,
     dims_json,
     backend,
     arch,
@@ -145,6 +153,7 @@ def profile_cmd(
         reference,
         dims,
         import_path=import_path,
+        sass=sass_path,
         out_dir=out_dir,
         backend=backend,
         arch=arch,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from kopt_core import progress
@@ -25,6 +26,18 @@ REPORT_SUFFIX = ".ncu-rep"  # ncu writes <name>.ncu-rep
 FULL_BELOW_MS = 10.0
 BUNDLE_ARGS = {"full": ("--set", "full"), "light": ("--set", "basic")}
 REPLAY_EXIT_CODE = 11  # ncu: the replay failed (commonly out of memory for saved state, or a timeout)
+# Metrics only the full set collects (its source counters' PC sampling and warp-state statistics): the
+# bundle an imported report was taken with is read off them.
+FULL_SET_MARKERS = (
+    "smsp__pcsamp_sample_count",
+    "smsp__average_warps_issue_stalled_misc_per_issue_active.ratio",
+)
+
+
+def bundle_collected(metrics: Mapping[str, object]) -> str:
+    """The bundle a report's metrics come from: "full" when it carries any of the full set's own
+    metrics (``FULL_SET_MARKERS``), else "light" (the basic set, with or without kopt's extras)."""
+    return "full" if any(name in metrics for name in FULL_SET_MARKERS) else "light"
 
 
 # Metrics ncu computes by SASS patching (sass__*, smsp__sass_*) or from section-defined formulas

@@ -53,7 +53,7 @@ from kopt_core.reference import ReferenceModule, load_reference
 from kopt_core.roofline.gaps import build_ncu_top, compute_roofline, metric_values
 from kopt_core.roofline.model import default_bytes_min, default_memory_floor
 from kopt_core.roofline.plot import plot_roofline
-from kopt_core.steps.bench import Prepared, prepare, run_bench
+from kopt_core.steps.bench import Prepared, check_candidate, prepare, run_bench, static_contract
 
 if TYPE_CHECKING:
     from kopt_core.plugins import PluginManager
@@ -100,29 +100,94 @@ def peak_dtype(model: dict[str, Any] | None, inputs: list[tuple[str, int]]) -> s
     return max(inputs, key=lambda pair: pair[1])[0] if inputs else None
 
 
-def described_inputs(ref: ReferenceModule, dims: dict[str, Any]) -> list[tuple[str, int]]:
-    """(dtype, bytes) of the inputs a reference's buffers() describes (for reports imported without a
-    bench run)."""
+def described_buffers(ref: ReferenceModule, dims: dict[str, Any]) -> tuple[BufferMoved, ...]:
+    """The buffers a reference's buffers() describes with a dtype and a shape, as profile.json records a
+    bench's (for a report imported without a bench run); a buffer without a role is an input."""
     from kopt_core.bench.buffers import torch_dtype
 
     rows = []
-    for desc in ref.describe_buffers(dims).values():
-        if desc.get("role", "input") != "output" and desc.get("dtype") and desc.get("shape"):
-            shape = desc["shape"]
-            elements = math.prod(shape) if isinstance(shape, (list, tuple)) else int(shape)
-            rows.append((desc["dtype"], elements * torch_dtype(desc["dtype"]).itemsize))
-    return rows
+    for name, desc in ref.describe_buffers(dims).items():
+        if not (isinstance(desc, dict) and desc.get("dtype") and desc.get("shape")):
+            continue
+        shape = desc["shape"]
+        elements = math.prod(shape) if isinstance(shape, (list, tuple)) else int(shape)
+        dtype = str(desc["dtype"])
+        rows.append(
+            BufferMoved(
+                name=str(name),
+                dtype=dtype,
+                role=str(desc.get("role", "input")),
+                bytes=int(elements) * torch_dtype(dtype).itemsize,
+            )
+        )
+    return tuple(rows)
+
+
+def inputs_of(buffers: tuple[BufferMoved, ...]) -> list[tuple[str, int]]:
+    """(dtype, bytes) of the buffers a kernel reads, for ``peak_dtype``."""
+    return [(b.dtype, b.bytes) for b in buffers if b.role != "output"]
+
+
+@attrs.frozen
+class ImportContext:
+    """What an imported report is read with besides itself, as a live profile has it: the reference's
+    workload model, the buffers its buffers() describes, the dims, and the kernel's SASS listing."""
+
+    model: dict[str, Any] | None = None
+    buffers: tuple[BufferMoved, ...] = ()
+    dims: dict[str, Any] | None = None
+    sass: Path | None = None  # a cuobjdump -sass listing of the kernel's binary
+    dtype: str | None = None  # the dtype whose peak bounds the kernel, when not read off the model or buffers
+
+    @property
+    def peak_dtype(self) -> str | None:
+        return self.dtype or peak_dtype(self.model, inputs_of(self.buffers))
 
 
 def reference_evidence(
-    reference: str | Path | None, dims: dict[str, Any]
-) -> tuple[dict[str, Any] | None, str | None]:
-    """(workload model, peak dtype) a reference file gives for an imported report; (None, None) without."""
+    reference: str | Path | None,
+    dims: dict[str, Any],
+    sass: str | Path | None = None,
+    buffers: tuple[BufferMoved, ...] | None = None,
+) -> ImportContext:
+    """What the reference file (and a SASS listing) give an imported report; an empty context without.
+    ``buffers``: the kernel's own (``kernel_buffers``), else those the reference's buffers() describes."""
     if reference is None:
-        return None, None
+        return ImportContext(sass=Path(sass) if sass else None)
     ref = load_reference(reference)
-    model = ref.workload(dims)
-    return model, peak_dtype(model, described_inputs(ref, dims))
+    return ImportContext(
+        model=ref.workload(dims),
+        buffers=described_buffers(ref, dims) if buffers is None else buffers,
+        dims=dict(dims),
+        sass=Path(sass) if sass else None,
+    )
+
+
+def kernel_buffers(
+    pm: PluginManager,
+    kernel: str | Path,
+    reference: str | Path,
+    dims: dict[str, Any],
+    *,
+    backend: str | None = None,
+) -> tuple[BufferMoved, ...]:
+    """The buffers a bench of ``kernel`` realises (its interface, the reference's buffers() and kopt's
+    sizing rule for those it leaves unsized), read statically: no build, no GPU."""
+    from kopt_core.bench.buffers import plan_buffers, torch_dtype
+
+    _, ref, candidate = static_contract(pm, kernel, reference, dims, backend=backend)
+    interface = check_candidate(pm, candidate, dict(dims), ref).interface
+    assert interface is not None  # check_candidate raises without one
+    specs, _ = plan_buffers(interface, dims, ref)
+    return tuple(
+        BufferMoved(
+            name=spec.name,
+            dtype=spec.dtype,
+            role=spec.role,
+            bytes=math.prod(spec.shape) * torch_dtype(spec.dtype).itemsize,
+        )
+        for spec in specs
+    )
 
 
 def buffers_moved(bench: BenchResult) -> tuple[BufferMoved, ...]:
@@ -279,7 +344,7 @@ def profile_prepared(
         bundle=bundle,
         bundle_reason=reason,
         workload=model,
-        peak_dtype=peak_dtype(model, [(b.dtype, b.bytes) for b in bench.buffers if b.role != "output"]),
+        peak_dtype=peak_dtype(model, inputs_of(buffers_moved(bench))),
         prefix=prefix,
     )
     ncu_ms = _aggregate(report).duration_ms
@@ -312,45 +377,76 @@ def import_profile(
     out_dir: str | Path,
     *,
     options: ProfileOptions | None = None,
-    workload: dict[str, Any] | None = None,
-    peak_dtype: str | None = None,
+    context: ImportContext | None = None,
 ) -> ProfileOutcome:
     """The same outputs from an existing ``.ncu-rep`` (needs ncu) or a raw-page CSV export (needs
-    neither ncu nor a GPU). Of ``options`` only ``ncu_num`` and ``ceilings`` apply: ncu does not run."""
+    neither ncu nor a GPU). Of ``options`` only ``ncu_num`` and ``ceilings`` apply: ncu does not run.
+
+    With the reference's ``context`` (its workload model, buffers and dims) and the kernel's SASS, the
+    outputs are those a live profile of the same report writes: the bundle is read off the report's
+    metrics, profile.json records the buffers, dims, workload model and SASS listing. A raw CSV that a
+    kopt profile wrote (``NAME.raw.csv``) is read with the files it wrote beside it, NAME.details.csv
+    (ncu's rule findings) and NAME.sass, unless ``context`` names another listing."""
     options = options or ProfileOptions()
+    context = context or ImportContext()
     path, out_dir = Path(path), Path(out_dir)
     from kopt_core.ncu.parse import parse_imported_csv
 
     if not path.is_file():
         raise ConfigError(f"profile {path} does not exist")
+    stem = path.name.removesuffix(".csv").removesuffix(".raw") if path.suffix == ".csv" else path.stem
     if path.suffix == runner.REPORT_SUFFIX:
         out_dir.mkdir(parents=True, exist_ok=True)
         report = _read_report(path, out_dir, path.stem)
     elif path.suffix == ".csv":  # a file the user gives: not a raw page is bad input (exit 4)
         report = parse_imported_csv(path.read_text(errors="replace"), source=str(path))
+        details = path.with_name(f"{stem}.details.csv")
+        if path.name.endswith(".raw.csv") and details.is_file():
+            report = attach_findings(report, parse_details_csv(details.read_text(errors="replace")))
         out_dir.mkdir(parents=True, exist_ok=True)
     else:
         raise ConfigError(f"{path}: import takes an .ncu-rep report or a CSV of its raw page")
-    bundle = "imported"
-    reason = f"imported from {path.name}"
+    bundle = runner.bundle_collected(_aggregate(report).metrics)
+    reason = f"imported from {path.name} (its metrics are the {bundle} bundle's)"
     ncu_top, roofline = analyse(
         report,
         out_dir,
         options,
         bundle=bundle,
         bundle_reason=reason,
-        workload=workload,
-        peak_dtype=peak_dtype,
+        workload=context.model,
+        peak_dtype=context.peak_dtype,
     )
+    duration_ms = _aggregate(report).duration_ms
     summary = ProfileSummary(
         report=str(path),
         bundle=bundle,
         bundle_reason=reason,
         kernels=kernel_rows(report),
-        ncu_duration_ms=_aggregate(report).duration_ms,
+        ncu_duration_ms=duration_ms,
+        dims=context.dims,
+        sass=_imported_sass(context.sass or path.with_name(f"{stem}{SASS_SUFFIX}"), out_dir, stem),
+        buffers=context.buffers,
+        workload=workload_used(context.model, context.buffers, duration_ms, options.ceilings)
+        if context.dims is not None
+        else None,
     )
     write_json(out_dir / PROFILE_FILE, to_data(summary))
     return ProfileOutcome(out_dir=out_dir, report=report, ncu_top=ncu_top, roofline=roofline, summary=summary)
+
+
+def _imported_sass(listing: Path, out_dir: Path, stem: str) -> SassFile:
+    """The SASS listing an imported report is read with, copied into ``out_dir`` as ``<stem>.sass``; or
+    why there is none (a report carries no listing of its own)."""
+    if not listing.is_file():
+        return SassFile(
+            error=f"an imported report carries no SASS listing and {listing} does not exist: give --sass "
+            "FILE (cuobjdump -sass of the kernel's binary) for the kernel's traits"
+        )
+    target = out_dir / f"{stem}{SASS_SUFFIX}"
+    if listing.resolve() != target.resolve():
+        write_text_atomic(target, listing.read_text(errors="replace"))
+    return SassFile(file=target.name)
 
 
 def profile_standalone(
@@ -359,6 +455,7 @@ def profile_standalone(
     dims: dict[str, Any],
     *,
     import_path: str | Path | None = None,
+    sass: str | Path | None = None,
     out_dir: str | Path | None = None,
     backend: str | None = None,
     arch: str | None = None,
@@ -367,18 +464,25 @@ def profile_standalone(
     pm: PluginManager | None = None,
 ) -> ProfileOutcome:
     """``kopt profile KERNEL --ref REF`` (check, time, then profile) or ``kopt profile --import FILE``
-    (analyse an existing report; the reference, if given, supplies the workload model). ``options``
+    (analyse an existing report; the reference, if given, supplies the workload model, the buffers and
+    the dims, ``kernel`` with it the buffers exactly as its bench realised them, and ``sass`` the
+    kernel's SASS listing: what a live profile has). ``options``
     (default ``ProfileOptions()``) is how ncu runs and what the report is read against. The output
     folder defaults to ``./kopt_profile_<stem>``; ``pm`` is loaded only when a kernel is profiled."""
     options = options or ProfileOptions()
     if import_path:
-        model, dtype = reference_evidence(reference, dims)
+        buffers = None
+        if kernel and reference:  # the kernel's buffers, as its bench realised them
+            if pm is None:
+                from kopt_core.plugins import get_plugin_manager
+
+                pm = get_plugin_manager()
+            buffers = kernel_buffers(pm, kernel, reference, dims, backend=backend)
         return import_profile(
             import_path,
             Path(out_dir or f"kopt_profile_{Path(import_path).stem}"),
             options=options,
-            workload=model,
-            peak_dtype=dtype,
+            context=reference_evidence(reference, dims, sass, buffers),
         )
     if not kernel or not reference:
         raise ConfigError("kopt profile needs KERNEL and --ref (or --import FILE)")

@@ -44,7 +44,7 @@ from kopt_core.steps import backends as backends_step
 from kopt_core.steps import gate as gate_step
 from kopt_core.steps.bench import bench_kernel, exit_code
 from kopt_core.steps.gate import refusal, run_gate
-from kopt_core.steps.profile import import_profile
+from kopt_core.steps.profile import ImportContext, import_profile
 from kopt_core.steps.select import missing_sass_note, select_standalone
 
 REPO = Path(__file__).resolve().parents[2]
@@ -321,7 +321,9 @@ def test_the_bench_blames_the_reference_for_what_it_returned(make_pm, tmp_path, 
 def profile(tmp_path) -> Path:
     """The real naive-SGEMM profile from the H200, imported without its SASS listing."""
     folder = tmp_path / "profile"
-    import_profile(FIXTURES / "naive_full_raw.csv", folder, workload=SGEMM, peak_dtype="float32")
+    import_profile(
+        FIXTURES / "naive_full_raw.csv", folder, context=ImportContext(model=SGEMM, dtype="float32")
+    )
     return folder
 
 

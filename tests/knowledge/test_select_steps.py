@@ -16,7 +16,7 @@ from kopt_core.records.converter import to_data
 from kopt_core.records.state import Env, EnvGpu
 from kopt_core.run.init import init_run
 from kopt_core.run.iteration import select_in_run
-from kopt_core.steps.profile import import_profile
+from kopt_core.steps.profile import ImportContext, import_profile
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "h200"
@@ -35,7 +35,9 @@ def kopt(*args) -> subprocess.CompletedProcess:
 
 
 def test_standalone_selection_writes_methods_and_analysis(tmp_path):
-    import_profile(FIXTURES / "naive_full_raw.csv", tmp_path, workload=SGEMM, peak_dtype="float32")
+    import_profile(
+        FIXTURES / "naive_full_raw.csv", tmp_path, context=ImportContext(model=SGEMM, dtype="float32")
+    )
     proc = kopt(
         "select",
         "--roofline",
@@ -66,7 +68,9 @@ def test_the_naive_sgemm_gets_what_a_performance_engineer_would_try_first(tmp_pa
     """L1 at 99% serving 88% hits, loads outnumbering FMAs, no excess sectors: stage tiles in shared memory
     and compute a register tile per thread; not coalescing (the row operand is a broadcast), not a
     persistent grid (each wave lives 200 us)."""
-    import_profile(FIXTURES / "naive_full_raw.csv", tmp_path, workload=SGEMM, peak_dtype="float32")
+    import_profile(
+        FIXTURES / "naive_full_raw.csv", tmp_path, context=ImportContext(model=SGEMM, dtype="float32")
+    )
     assert (
         kopt(
             "select",
@@ -117,7 +121,9 @@ def run_with_the_naive_profile(make_pm, tmp_path):
         env_path=tmp_path / "env.json",
     )
     folder = store.run_dir / "iterv1"
-    import_profile(FIXTURES / "naive_full_raw.csv", folder, workload=SGEMM, peak_dtype="float32")
+    import_profile(
+        FIXTURES / "naive_full_raw.csv", folder, context=ImportContext(model=SGEMM, dtype="float32")
+    )
     return pm, store, folder
 
 
@@ -293,7 +299,9 @@ def test_an_ineffective_method_is_refused_until_the_bound_changes(make_pm, tmp_p
 
     pm, store, _ = cuda_run_with_the_naive_profile(make_pm, tmp_path)
     folder = store.run_dir / "iterv2"
-    import_profile(FIXTURES / "naive_full_raw.csv", folder, workload=SGEMM, peak_dtype="float32")
+    import_profile(
+        FIXTURES / "naive_full_raw.csv", folder, context=ImportContext(model=SGEMM, dtype="float32")
+    )
     bound = json.loads((folder / "roofline.json").read_text())["bound"]
     history = (HistoryEntry(iteration=1, kernel="", best_ms=None, methods=("memory.smem_tiling",)),)
     choose = (

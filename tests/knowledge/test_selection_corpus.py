@@ -31,21 +31,14 @@ from kopt_core.knowledge.methods import load_methods
 from kopt_core.plugins import get_plugin_manager
 from kopt_core.steps.select import KNOWN_DTYPES
 
+from .corpus_script import load
+
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "tests" / "fixtures" / "selection"
 H200 = REPO / "tests" / "fixtures" / "h200"
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location(
-        "selection_corpus", REPO / "scripts" / "selection_corpus.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-corpus_script = _load_script()
+corpus_script = load()
 CASES = {case["name"]: case for case in corpus_script.load_cases(CORPUS)}
 NAMES = sorted(CASES)
 
