@@ -99,7 +99,10 @@ TESTS: dict[str, tuple[str, ...]] = {
     "kopt_core/run/explore.py": ("tests/run/test_explore_mutants.py", "tests/run/test_race_check.py"),
     "kopt_core/run/ablate.py": ("tests/run/test_ablate_mutants.py",),
     "kopt_core/run/seed.py": ("tests/run/test_seed_mutants.py",),
-    "kopt_core/run/optimize.py": ("tests/run/test_optimize_mutants.py",),
+    "kopt_core/run/optimize.py": (
+        "tests/run/test_optimize_mutants.py",
+        "tests/run/test_optimize_defaults.py",
+    ),
 }
 
 # What a workspace links to (mutmut copies them into its mutants/ folder).

@@ -628,3 +628,326 @@ def test_resume_run_says_each_change_then_goes_on(pm, tmp_path):
     assert store.load().iterations_total == 3
     with pytest.raises(ConfigError):
         resume_run(pm, tmp_path / "not-a-run", steps=Steps().loop())
+
+
+# ------------------------------------------------------------ what each step is handed, and what is said
+
+
+def handed(steps: Steps, pm, run_dir: Path) -> tuple[LoopSteps, list[tuple]]:
+    """``steps``' loop, each step checking that it is handed the plugin manager ``pm`` and a store of
+    ``run_dir`` (the gate: a backend and a file), and recording (name, iteration) as it is called."""
+    seen: list[tuple] = []
+
+    def checked(name, step):
+        def call(given_pm, *args):
+            assert given_pm is pm, f"{name} was not handed the run's plugin manager"
+            if name == "gate":
+                seen.append((name, args[0]))
+            else:
+                assert isinstance(args[0], RunStore) and args[0].run_dir == run_dir, name
+                seen.append((name, *args[1:2]))
+            return step(given_pm, *args)
+
+        return call
+
+    loop = steps.loop()
+    fields = {a.name: checked(a.name, getattr(loop, a.name)) for a in attrs.fields(LoopSteps)}
+    return LoopSteps(**fields), seen
+
+
+def by_iteration(*iterations: int) -> list[tuple]:
+    return [(name, i) for i in iterations for name in ITERATION]
+
+
+def test_every_step_is_handed_the_plugin_manager_the_run_and_its_iteration(pm, tmp_path):
+    store = optimize_run(pm, tmp_path, iterations=2)
+    loop, seen = handed(Steps(), pm, store.run_dir)
+    run_loop(pm, store, steps=loop)
+    assert seen == [("seed",), *by_iteration(1, 2), ("summarize",)]
+    # an agent's turn: the summary is written for the run that waits
+    (tmp_path / "b").mkdir()
+    store = optimize_run(pm, tmp_path / "b", iterations=2)
+    steps = Steps(generated={1: GenerationResult(status="awaiting", message="write them")})
+    loop, seen = handed(steps, pm, store.run_dir)
+    run_loop(pm, store, steps=loop)
+    assert seen == [("seed",), ("open", 1), ("select", 1), ("generate", 1), ("summarize",)]
+
+
+def baseline_files(folder: Path) -> dict:
+    import shutil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "kernel.py").write_text((KERNELS / "saxpy.py").read_text())
+    shutil.copy(KERNELS / "saxpy_ref.py", folder / "ref.py")
+    return dict(baseline=folder / "kernel.py", ref=folder / "ref.py", dims={"N": N})
+
+
+def test_start_run_hands_every_step_the_plugin_manager_and_the_new_run(pm, tmp_path):
+    # the run's folder is not known before init: each step records the folder of the store it is handed,
+    # to be compared with the one start_run answers with
+    steps = Steps()
+    ran: list[tuple] = []
+
+    def step(name):
+        def call(given_pm, *args):
+            assert given_pm is pm, name
+            ran.append((name, args[0]) if name == "gate" else (name, args[0].run_dir, *args[1:2]))
+            return getattr(steps.loop(), name)(given_pm, *args)
+
+        return call
+
+    loop = LoopSteps(**{a.name: step(a.name) for a in attrs.fields(LoopSteps)})
+    outcome = start_run(
+        pm, generator="agent", iterations=1, backend="picky", steps=loop, **baseline_files(tmp_path)
+    )
+    run = outcome.run_dir
+    assert ran[0] == ("gate", "picky")
+    assert ran[1:] == [("seed", run), *[(name, run, 1) for name in ITERATION], ("summarize", run)]
+
+
+def test_resume_run_hands_the_plugin_manager_to_the_options_and_the_steps(pm, tmp_path):
+    store = resumable(pm, tmp_path, iterations=1, generator="search")
+    loop, seen = handed(Steps(), pm, store.run_dir)
+    outcome = resume_run(
+        pm, store.run_dir, given=ResumeOptions(generator_options={"trials": "2"}), steps=loop
+    )
+    assert outcome.applied == (
+        "generator search (was search) with trials=2, for the candidates still to be written",
+    )
+    assert seen == [*by_iteration(1), ("summarize",)]
+
+
+class Said:
+    """A progress reporter that keeps every message it is asked to show."""
+
+    def __init__(self):
+        self.messages: list[str] = []
+
+    def __call__(self, message):
+        import contextlib
+
+        self.messages.append(message)
+        return contextlib.nullcontext()
+
+
+def test_the_steps_are_said_as_they_run(pm, tmp_path):
+    from kopt_core import progress
+
+    said = Said()
+    with progress.reporting(said):
+        start_run(
+            pm,
+            generator="search",
+            iterations=1,
+            backend="picky",
+            steps=Steps().loop(),
+            **baseline_files(tmp_path),
+        )
+    assert said.messages == [
+        "checking the baseline, the reference and the dims; building the baseline",
+        "building kernel.py",  # said by the build, inside the preflight's step
+        "the hardware gate",
+        "seeding: the baseline checked, timed, profiled and paired with itself",
+        "iteration 1: profiling the best kernel",
+        "iteration 1: selecting methods",
+        "iteration 1: generating candidates (search)",
+        "iteration 1: exploring the branches and pairing the champion",
+        "iteration 1: profiling the champion",
+        "iteration 1: ablating each method",
+        "iteration 1: checking each method in the SASS",
+        "iteration 1: updating the run",
+        "writing summary.md and its charts",
+    ]
+
+
+# ------------------------------------------------------------------------- start_run's options
+
+
+def test_start_run_s_defaults_three_iterations_of_four_branches_the_backend_detected(pm, tmp_path):
+    steps = Steps()
+    outcome = start_run(pm, generator="agent", steps=steps.loop(), **baseline_files(tmp_path))
+    state = RunStore(outcome.run_dir).load()
+    assert (state.iterations_total, state.branches, state.compile_jobs) == (3, 4, "auto")
+    assert (state.backend, state.numerics_mode) == ("picky", "reference")
+    assert steps.ran[0] == ("gate", "picky")  # the backend detected from the baseline is the gate's
+    assert outcome.iterations_closed == 3
+
+
+def test_start_run_refuses_a_bad_generator_option_before_anything_is_made(pm, tmp_path):
+    steps = Steps()
+    with pytest.raises(ConfigError):
+        start_run(
+            pm, generator="search", options={"trials": "none"}, steps=steps.loop(), **baseline_files(tmp_path)
+        )
+    assert steps.ran == [] and not list(tmp_path.glob("run_*"))
+
+
+class Spy:
+    """A function that keeps the keyword arguments of each call and then calls ``real``."""
+
+    def __init__(self, real):
+        self.real = real
+        self.kwargs: list[dict] = []
+
+    def __call__(self, *args, **kwargs):
+        self.kwargs.append(kwargs)
+        return self.real(*args, **kwargs)
+
+
+def test_start_run_hands_its_options_to_the_preflight_and_to_init(pm, tmp_path, monkeypatch):
+    import kopt_core.run.init
+    import kopt_core.steps.bench
+
+    preflight = Spy(kopt_core.steps.bench.preflight_checked)
+    init = Spy(kopt_core.run.init.init_run)
+    monkeypatch.setattr(kopt_core.steps.bench, "preflight_checked", preflight)
+    monkeypatch.setattr(kopt_core.run.init, "init_run", init)
+    warned: list[str] = []
+    steps = Steps()
+    gate = attrs.evolve(  # a gate that found another backend: init warns of it
+        steps.loop(), gate=lambda pm, backend, out: Env(backend="cuda", generation_allowed=True, attempts=1)
+    )
+    outcome = start_run(
+        pm,
+        generator="agent",
+        iterations=1,
+        k=3,
+        compile_jobs="2",
+        backend="picky",
+        arch="sm_90",
+        steps=gate,
+        on_warning=warned.append,
+        sanitizer_timeout_s=60,
+        **baseline_files(tmp_path),
+    )
+    assert preflight.kwargs == [{"backend": "picky", "arch": "sm_90", "on_warning": warned.append}]
+    [given] = init.kwargs
+    assert given.pop("env_path").name == "env.json"
+    assert given == {
+        "baseline": tmp_path / "kernel.py",
+        "ref": tmp_path / "ref.py",
+        "dims": {"N": N},
+        "iterations": 1,
+        "branches": 3,
+        "compile_jobs": "2",
+        "numerics_mode": "reference",
+        "backend": "picky",
+        "on_warning": warned.append,
+        "sanitizer_timeout_s": 60.0,
+    }
+    assert warned == ["env.json was written for the cuda backend, the baseline uses picky"]
+    # the gate wrote no env.json: the one it answered with is written for init
+    assert read_json(Path(outcome.run_dir) / "env.json")["backend"] == "cuda"
+
+
+def test_the_gate_writes_into_a_scratch_folder_and_what_it_wrote_is_kept(pm, tmp_path):
+    outs: list[Path] = []
+
+    def gate(pm, backend, out):
+        outs.append(out)
+        write_json(out, to_data(Env(backend=backend, generation_allowed=True, attempts=5)))
+        return Env(backend=backend, generation_allowed=True, attempts=1)  # not what it wrote
+
+    loop = attrs.evolve(Steps().loop(), gate=gate)
+    outcome = start_run(pm, generator="agent", iterations=1, steps=loop, **baseline_files(tmp_path))
+    [out] = outs
+    assert out.name == "env.json" and out.parent.name.startswith("kopt-gate-")
+    assert not out.parent.exists()  # the scratch folder is gone
+    assert read_json(Path(outcome.run_dir) / "env.json")["attempts"] == 5
+
+
+@pytest.mark.parametrize(("arch", "built"), [(None, ""), ("sm_90", " and builds for sm_90")])
+def test_a_refusing_gate_says_what_passed_before_it(pm, tmp_path, arch, built):
+    refusing = attrs.evolve(
+        Steps().loop(),
+        gate=lambda pm, backend, out: Env(
+            backend=backend, generation_allowed=False, attempts=1, problems=("x",)
+        ),
+    )
+    with pytest.raises(KoptError) as error:
+        start_run(pm, generator="agent", arch=arch, steps=refusing, **baseline_files(tmp_path))
+    assert str(error.value).startswith(f"kernel.py passed its contract checks{built}; ")
+    assert error.value.hint == "`kopt gate --diagnostic --out env.json` writes the full report"
+
+
+# --------------------------------------------------------------------------- --resume, further
+
+
+def test_resume_holds_the_run_s_lock_as_step_resume(pm, tmp_path, monkeypatch):
+    import kopt_core.generate
+
+    store = resumable(pm, tmp_path)
+    holders: list[str] = []
+    real = kopt_core.generate.generator_for
+
+    def generator_for(*args, **kwargs):  # what another kopt would be told while the options are checked
+        holders.append(json.loads(store.lock_path.read_text())["step"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kopt_core.generate, "generator_for", generator_for)
+    apply_resume_options(pm, store, ResumeOptions(generator="search"))
+    assert holders == ["resume"]
+
+
+def test_resume_answers_a_run_stopped_without_stop_json_from_its_state(pm, tmp_path):
+    store = resumable(pm, tmp_path)
+    store.update(run_status="stopped", stop_stage="explore", stop_reason="no GPU")
+    with pytest.raises(KoptError) as error:
+        apply_resume_options(pm, store, ResumeOptions(k=2))
+    assert "is stopped: explore failed (exit 4): no GPU" in str(error.value)
+
+
+def test_a_new_limit_does_not_change_the_status_of_a_run_that_has_not_completed(pm, tmp_path):
+    store = optimize_run(pm, tmp_path, iterations=3)
+    store.update(run_status="seeded")
+    assert apply_resume_options(pm, store, ResumeOptions(iterations=5)) == ("--iterations 5 (was 3)",)
+    assert store.load().run_status == "seeded"
+    # a completed run given a limit equal to what it has closed stays completed
+    (tmp_path / "b").mkdir()
+    store = resumable(pm, tmp_path / "b", iterations=3)
+    closed(store, 2)
+    store.update(run_status="completed")
+    assert apply_resume_options(pm, store, ResumeOptions(iterations=2)) == ("--iterations 2 (was 3)",)
+    assert store.load().run_status == "completed"
+
+
+def test_resume_k_before_the_candidates_replaces_a_pending_change(pm, tmp_path):
+    store = resumable(pm, tmp_path, iterations=3, branches=4, branches_next=2)
+    assert apply_resume_options(pm, store, ResumeOptions(k=3)) == ("--k 3 (was 4), from iteration 1",)
+    assert (store.load().branches, store.load().branches_next) == (3, None)
+
+
+def test_resume_k_with_two_iterations_left_applies_to_the_second(pm, tmp_path):
+    store = resumable(pm, tmp_path, iterations=3, branches=4)
+    closed(store, 1)
+    folder = iteration_dir(store.run_dir, 2)
+    folder.mkdir()
+    (folder / "candidates.json").write_text("{}")
+    assert apply_resume_options(pm, store, ResumeOptions(k=2)) == (
+        "--k 2 (was 4), from iteration 3: iteration 2 keeps the 4 candidates it has written",
+    )
+    assert (store.load().branches, store.load().branches_next) == (4, 2)
+
+
+def test_an_option_with_no_iteration_left_is_refused_once(pm, tmp_path):
+    store = resumable(pm, tmp_path, iterations=2)
+    closed(store, 2)
+    store.update(run_status="completed")
+    folder = iteration_dir(store.run_dir, 3)  # left over: no iteration 3 is to run
+    folder.mkdir()
+    (folder / "candidates.json").write_text("{}")
+    assert refusal(pm, store, k=2) == (
+        "--resume cannot apply 1 of the options given:\n  - --k 2: no iteration is left to apply it to: the "
+        "run has closed 2 of its 2 iterations (--iterations adds more)"
+    )
+
+
+def test_a_run_completed_near_the_peak_runs_no_iteration_when_resumed(pm, tmp_path):
+    store = optimize_run(pm, tmp_path, iterations=3)
+    steps = Steps(near_peak={2: True})
+    run_loop(pm, store, steps=steps.loop())
+    assert store.load().stop_reason == "near_peak" and store.load().closed_iterations == 1
+    steps.ran.clear()
+    outcome = run_loop(pm, store, steps=steps.loop())
+    assert steps.ran == [("summarize", "completed")]
+    assert outcome.status == "completed" and outcome.message == "near_peak" and outcome.iterations_closed == 1
