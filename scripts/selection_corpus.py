@@ -547,7 +547,11 @@ def score_case(case: dict, bundle: str, folder: Path, *, arch: str = ARCH, again
         selection = json.loads(methods.read_text())
         roofline = json.loads((source / "roofline.json").read_text())
     selected = [m["id"] for m in selection["selected"]]
+    reasons = {m["id"]: m["reason"] for m in selection.get("skipped", [])}
     return {
+        "reasons": reasons,  # why the scan left each method out: skip rule, trigger, budget
+        "work_kind": selection.get("work_kind"),
+        "kernel_tags": selection.get("kernel_tags"),
         "case": case["name"],
         "ladder": case.get("ladder"),
         "split": case.get("split"),
@@ -664,9 +668,39 @@ def render_table(result: dict, *, markdown: bool) -> str:
     return "\n".join(out + [""] + totals + notes) + "\n"
 
 
+def render_misses(result: dict) -> str:
+    """Every miss, as markdown: per missed group, each of its methods and why the scan left it out (its
+    skip rule, the trigger with the values measured, the budget, or no such method in the registry),
+    with the kind of work and the kernel's traits the scan read."""
+    from kopt_core.knowledge.methods import load_methods
+
+    known = {m.id for m in load_methods().methods}
+    out = [
+        "| case | bundle | bound | work kind | selected | missed method: why the scan left it out |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in result["rows"]:
+        if row["hit"]:
+            continue
+        why = []
+        for group in row["missed"]:
+            for method in group:
+                reason = row["reasons"].get(method) or (
+                    "not a method of the registry" if method not in known else "not considered"
+                )
+                why.append(f"`{method}`: {reason}")
+        out.append(
+            f"| `{row['case']}` | {row['bundle']} | {row['bound']} | {row.get('work_kind')} | "
+            f"{', '.join(row['selected']) or '-'} | " + "<br>".join(why).replace("|", "/") + " |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def score_command(args: argparse.Namespace) -> int:
     result = score_corpus(Path(args.corpus), arch=args.arch, only=args.cases, again=args.reimport)
     print(render_table(result, markdown=False), end="")
+    if args.misses:
+        Path(args.misses).write_text(render_misses(result))
     if args.markdown:
         Path(args.markdown).write_text(render_table(result, markdown=True))
     if args.json:
@@ -706,6 +740,7 @@ def main(argv: list[str] | None = None) -> int:
     score.add_argument("--arch", default=ARCH)
     score.add_argument("--markdown", help="also write the table as markdown here")
     score.add_argument("--json", help="also write the result as JSON here")
+    score.add_argument("--misses", help="write every miss and why the scan left each method out (markdown)")
     score.add_argument("--reimport", action="store_true", help="analyse the kept raw CSV again first")
     args = parser.parse_args(argv)
     if args.command == "profile":

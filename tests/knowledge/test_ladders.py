@@ -113,3 +113,16 @@ def test_scoring_skips_the_last_steps_and_reports_each_split_and_ladder():
     assert set(result["by_split"]) == {r["split"] for r in result["rows"]}
     for ladder, rates in result["by_ladder"].items():
         assert rates["all"]["profiles"] == sum(1 for r in result["rows"] if r["ladder"] == ladder)
+
+
+def test_every_miss_is_listed_with_the_scan_s_reason_for_each_missed_method():
+    result = script.score_corpus(LADDERS)
+    text = script.render_misses(result)
+    misses = [r for r in result["rows"] if not r["hit"]]
+    assert len(text.splitlines()) == 2 + len(misses)
+    for row in misses:
+        line = next(x for x in text.splitlines() if x.startswith(f"| `{row['case']}` | {row['bundle']} |"))
+        for method in (m for group in row["missed"] for m in group):
+            assert f"`{method}`: " in line
+            if method in PENDING_IDS:
+                assert f"`{method}`: not a method of the registry" in line
