@@ -61,7 +61,7 @@ def test_import_without_a_workload_model_is_labelled_a_heuristic(tmp_path):
     roofline = json.loads((tmp_path / "roofline.json").read_text())
     assert roofline["label"] == "bottleneck-gap heuristic" and roofline["near_peak"] is False
     top = json.loads((tmp_path / "ncu_top.json").read_text())
-    assert top["bundle"] == "imported" and "warp_stall_long_scoreboard_pct" in top["unknown"]
+    assert top["bundle"] == "light" and "warp_stall_long_scoreboard_pct" in top["unknown"]  # the basic set
 
 
 def test_import_of_a_file_that_is_no_report(tmp_path):

@@ -163,7 +163,7 @@ class ProfileEvidence:
     tags: dict = field(factory=lambda: kernel_tags(None))
     work_kind: str = "unknown"  # gemm_like | reduction | streaming | unknown (knowledge.evidence)
     work_kind_why: str = ""
-    bundle: str = ""  # the ncu bundle the values came from (full | light | imported)
+    bundle: str = ""  # the ncu bundle the values came from (full | light; "imported" in older files)
     budget_why: str = ""  # why ``budget`` differs from roofline.json's, empty when it does not
 
 

@@ -143,7 +143,7 @@ class ProfileSummary:
     kernel file, harness timing, ncu attempts or SASS: those fields stay unknown (None)."""
 
     report: str  # the .ncu-rep (or the imported CSV)
-    bundle: str  # full | light | imported
+    bundle: str  # full | light (an import: the bundle its metrics are; "imported" in older files)
     bundle_reason: str
     kernels: tuple[ProfiledKernel, ...] = field(converter=as_tuple)
     ncu_duration_ms: float | None

@@ -125,7 +125,7 @@ def test_profile_import_has_profile_json_the_roofline_and_the_folder(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     result = doc["result"]
-    assert result["bundle"] == "imported" and result["out_dir"] == str((tmp_path / "p").resolve())
+    assert result["bundle"] == "light" and result["out_dir"] == str((tmp_path / "p").resolve())
     assert result["roofline"] == json.loads((tmp_path / "p" / "roofline.json").read_text())
 
 

@@ -309,12 +309,11 @@ def chart_calls(monkeypatch):
 
 
 def test_a_profile_with_a_workload_gets_the_real_roofline(tmp_path, chart_calls):
-    from kopt_core.steps.profile import import_profile
+    from kopt_core.steps.profile import ImportContext, import_profile
 
     csv = REPO / "tests" / "fixtures" / "h200" / "naive_full_raw.csv"
-    outcome = import_profile(
-        csv, tmp_path, workload={"flops": FLOPS, "bytes_min": BYTES}, peak_dtype="float32"
-    )
+    context = ImportContext(model={"flops": FLOPS, "bytes_min": BYTES}, dtype="float32")
+    outcome = import_profile(csv, tmp_path, context=context)
     assert outcome.roofline.label == "roofline"
     assert png_shape(tmp_path / "roofline.png")[:2] == (1000, 1600)  # the roofline chart's size
     [points] = chart_calls
