@@ -40,9 +40,21 @@ DERIVED_EVIDENCE = {
     "else the default workload model's memory floor); unknown without a floor",
     "narrow_matmul_without_mma": "1 when GEMM-like work (work_kind) has a float16, bfloat16, float8 or "
     "int8 input and its SASS has no MMA instruction (HMMA, IMMA, HGMMA...), else 0",
+    "uncoalesced_excess_share": "the global sectors a perfectly coalesced pattern would not need (ncu's "
+    "excess, a full-set count) over every sector the kernel's global loads, stores, atomics and "
+    "reductions moved through L1: the share of its global traffic that coalescing can remove; unknown "
+    "when a count is (loads by TMA are not counted: a TMA kernel's share reads its LSU traffic only)",
+    "global_atomic_share": "the sectors of the kernel's global atomics and reductions over all its global "
+    "sectors (loads, stores, atomics, reductions): 1 when atomics are all its global traffic",
+    "load_sectors_over_ideal": "sectors per global load request over the fewest a warp access of the "
+    "widest global load in the SASS needs (its bytes per lane: 4 for LDG.E, 16 for LDG.E.128, 2 for "
+    ".U16): 1 is coalesced, 8 is a float per 32-byte sector; unknown without the SASS or the ratio",
 }
 
 ATOMIC = re.compile(r"^(ATOMG|ATOMS|ATOM|REDG|RED)(\.|$)")
+GLOBAL_LOAD = re.compile(r"^(LDG|LDGSTS)(\.|$)")  # a global load, or cp.async's global-to-shared copy
+# bytes per lane of a global load, by the size modifier of its mnemonic (no size modifier: 32 bits)
+LOAD_BYTES = {"128": 16, "64": 8, "U16": 2, "S16": 2, "U8": 1, "S8": 1}
 MMA = re.compile(r"^(HMMA|IMMA|DMMA|BMMA|HGMMA|QGMMA|IGMMA|BGMMA)(\.|$)")
 NARROW_DTYPES = ("float16", "bfloat16", "int8", "uint8", "float8_e4m3fn", "float8_e5m2")
 GEMM_DIMS = ("m", "n", "k")
@@ -142,7 +154,51 @@ def derived_evidence(roofline: Roofline, values: dict, facts: KernelFacts | None
             values.get("shared_bank_conflicts"), values.get("inst_executed")
         ),
         "narrow_matmul_without_mma": _narrow_matmul_without_mma(facts, work_kind(facts)[0]),
+        "uncoalesced_excess_share": _share(values.get("uncoalesced_excess_sectors"), _global_sectors(values)),
+        "global_atomic_share": _share(
+            _sum(values.get("global_atomic_sectors"), values.get("global_reduction_sectors")),
+            _global_sectors(values),
+        ),
+        "load_sectors_over_ideal": _over_ideal(values.get("global_load_sectors_per_request"), mnemonics),
     }
+
+
+def widest_global_load(mnemonics: Sequence[str] | None) -> int | None:
+    """Bytes per lane of the widest global load (LDG, LDGSTS) in the SASS; None without one."""
+    widths = [
+        next((LOAD_BYTES[part] for part in m.split(".")[1:] if part in LOAD_BYTES), 4)
+        for m in mnemonics or ()
+        if GLOBAL_LOAD.match(m)
+    ]
+    return max(widths) if widths else None
+
+
+GLOBAL_SECTORS = (
+    "global_load_sectors",
+    "global_store_sectors",
+    "global_atomic_sectors",
+    "global_reduction_sectors",
+)
+
+
+def _sum(*terms: float | None) -> float | None:
+    return None if any(t is None for t in terms) else sum(t for t in terms if t is not None)
+
+
+def _global_sectors(values: dict) -> float | None:
+    """Every sector of the kernel's global loads, stores, atomics and reductions; unknown when one is."""
+    return _sum(*(values.get(key) for key in GLOBAL_SECTORS))
+
+
+def _share(part: float | None, whole: float | None) -> float | None:
+    return None if part is None or whole is None or whole <= 0 else part / whole
+
+
+def _over_ideal(sectors_per_request: float | None, mnemonics: Sequence[str] | None) -> float | None:
+    width = widest_global_load(mnemonics)
+    if sectors_per_request is None or width is None:
+        return None
+    return sectors_per_request / width
 
 
 def _per_inst(count: float | None, instructions: float | None) -> float | None:

@@ -154,7 +154,9 @@ def test_an_accepted_choice_keeps_the_scan_s_picks_beside_it():
     assert selection.skipped == scan.skipped and selection.underfilled == scan.underfilled
     assert selection.budget == scan.budget and selection.bound == "memory"
     evidence = {p.id: p.evidence for p in selection.selected}
-    assert "global_load_efficiency_pct < 80 (measured 56.25)" in evidence["memory.coalescing"]
+    # its trigger's reading, whatever the agent chose: the excess share this older profile did not record
+    assert evidence["memory.coalescing"].startswith("not triggered by the evidence: ")
+    assert "uncoalesced_excess_share >= 0.25 (measured unknown)" in evidence["memory.coalescing"]
     # latency.ilp's trigger does not hold: its evidence says what it asked and what was measured
     assert evidence["latency.ilp"].startswith("not triggered by the evidence: ")
     assert "warp_stall_long_scoreboard_pct >= 20 (measured 67.79)" in evidence["latency.ilp"]

@@ -137,7 +137,9 @@ def test_hopper_features(registry):
 def test_trigger_unknown_metric_is_inconclusive(registry):
     trigger = registry.get("memory.coalescing").trigger
     assert not trigger.holds({})
-    assert trigger.holds({"global_load_efficiency_pct": 25.0})
+    assert trigger.holds({"uncoalesced_excess_share": 0.5})
+    assert not trigger.holds({"uncoalesced_excess_share": 0.1})  # known and below: not inconclusive
+    assert trigger.holds({"uncoalesced_excess_share": None, "load_sectors_over_ideal": 8.0})
 
 
 def test_a_condition_group_holds_only_when_all_of_it_holds(registry):

@@ -48,14 +48,14 @@ def test_no_evidence_selects_nothing_and_says_why(registry):
 
 
 def test_uncoalesced_loads_select_coalescing_first(registry):
-    selection = pick(registry, values={"global_load_efficiency_pct": 40.0, "lsu_pipe_utilization_pct": 70.0})
-    assert selection.ids == ("memory.coalescing",)  # priority 1 takes the memory slot
-    assert "global_load_efficiency_pct < 80 (measured 40)" in selection.selected[0].evidence
+    selection = pick(registry, values={"uncoalesced_excess_share": 0.6, "lsu_pipe_utilization_pct": 70.0})
+    assert selection.ids == ("memory.coalescing",)  # the most headroom takes the memory slot
+    assert "uncoalesced_excess_share >= 0.25 (measured 0.6)" in selection.selected[0].evidence
 
 
 def test_budget_is_capped_per_axis(registry):
     values = {
-        "global_load_efficiency_pct": 40.0,
+        "uncoalesced_excess_share": 0.6,
         "lsu_pipe_utilization_pct": 70.0,
         "l1tex_throughput_pct": 95.0,
     }
@@ -145,7 +145,7 @@ def test_numerics_modes(registry):
 
 
 def test_ineffective_method_is_blocked_until_the_bound_changes(registry):
-    values = {"global_load_efficiency_pct": 40.0}
+    values = {"uncoalesced_excess_share": 0.6}
     blocked = pick(registry, values=values, ineffective={"memory.coalescing": "memory"})
     assert "memory.coalescing" not in blocked.ids
     assert "blocked until the bottleneck changes" in reasons(blocked, "memory.coalescing")[0]
@@ -154,7 +154,7 @@ def test_ineffective_method_is_blocked_until_the_bound_changes(registry):
 
 
 def test_implementation_failure_needs_acknowledgement(registry):
-    values = {"global_load_efficiency_pct": 40.0}
+    values = {"uncoalesced_excess_share": 0.6}
     refused = pick(registry, values=values, implementation_failed=("memory.coalescing",))
     assert "memory.coalescing" not in refused.ids
     accepted = pick(
@@ -168,7 +168,7 @@ def test_implementation_failure_needs_acknowledgement(registry):
 
 def test_earlier_selections_are_not_repeated(registry):
     selection = pick(
-        registry, values={"global_load_efficiency_pct": 40.0}, selected_before=("memory.coalescing",)
+        registry, values={"uncoalesced_excess_share": 0.6}, selected_before=("memory.coalescing",)
     )
     assert "memory.coalescing" not in selection.ids
     assert reasons(selection, "memory.coalescing") == ["selected in an earlier iteration"]

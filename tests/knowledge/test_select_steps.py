@@ -156,14 +156,21 @@ def test_run_form_needs_an_acknowledgement_for_an_implementation_failed_method(m
     pm, store, folder = run_with_the_naive_profile(make_pm, tmp_path)
     # selection reads only the run's backend name: judge the profile as the CUDA kernel it came from
     store.update(backend="cuda", implementation_failed_methods=("memory.coalescing",))
-    # coalescing fires on this profile's 56% load efficiency when ncu's excess-sector count is unknown
+    # coalescing fires when half of this profile's global sectors are excess (as a scattered load's are)
+    sectors = {
+        "uncoalesced_excess_sectors": 4.0e6,
+        "global_load_sectors": 8.0e6,
+        "global_store_sectors": 0.0,
+        "global_atomic_sectors": 0.0,
+        "global_reduction_sectors": 0.0,
+    }
     (folder / "ncu_top.json").write_text(
         json.dumps(
             {
                 **json.loads((folder / "ncu_top.json").read_text()),
                 "values": {
                     **json.loads((folder / "ncu_top.json").read_text())["values"],
-                    "uncoalesced_excess_sectors": None,
+                    **sectors,
                 },
             }
         )
