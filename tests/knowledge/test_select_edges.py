@@ -377,6 +377,9 @@ def test_sass_blind_traits_are_the_unknown_traits_a_listing_shows():
     assert sass_blind_traits(attrs.evolve(method, skip_if=(_lacks("multi_kernel"),)), unknown) == ()
     metric = Condition(kind="metric", metric="dram_throughput_pct", op=">=", value=1.0)
     assert sass_blind_traits(attrs.evolve(method, skip_if=(metric,)), unknown) == ()
+    # a kernel_lacks condition alone counts as well, and one after a metric condition is still read
+    assert sass_blind_traits(attrs.evolve(method, skip_if=(_lacks("atomics"),)), unknown) == ("atomics",)
+    assert sass_blind_traits(attrs.evolve(method, skip_if=(metric, _has("tma"))), unknown) == ("tma",)
     # known traits (a listing was read) leave nothing unapplied; one unknown trait beside a known one counts
     read = kernel_tags(["LDS", "FFMA"])
     assert sass_blind_traits(with_skips, read) == ()
