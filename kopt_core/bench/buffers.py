@@ -132,6 +132,11 @@ def torch_dtype(name: str) -> torch.dtype:
     return dtype
 
 
+def spec_bytes(spec: BufferSpec) -> int:
+    """The bytes a planned buffer takes: what a bench reports and a profile records for it."""
+    return spec.numel * torch_dtype(spec.dtype).itemsize
+
+
 def make_tensor(spec: BufferSpec, device: str, generator: torch.Generator) -> torch.Tensor:
     """A fresh tensor filled as ``spec.init`` says (random data, never zeros, unless asked)."""
     import torch

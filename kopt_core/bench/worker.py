@@ -316,7 +316,7 @@ class Harness:
                 realised_shape=s.shape,
                 init=s.init,
                 sized_by=s.sized_by,
-                bytes=s.numel * buffer_plan.torch_dtype(s.dtype).itemsize,
+                bytes=buffer_plan.spec_bytes(s),
             )
             for s in self.specs
         )

@@ -95,6 +95,23 @@ def static_contract(
 ) -> tuple[BackendInfo, ReferenceModule, Candidate]:
     """The file exists, its backend is known, the reference loads, and the contract holds: no GPU, no
     build. Warnings go to ``on_warning``."""
+    info, ref, candidate, _ = static_report(
+        pm, kernel, reference, dims, backend=backend, on_warning=on_warning, what=what
+    )
+    return info, ref, candidate
+
+
+def static_report(
+    pm: PluginManager,
+    kernel: str | Path,
+    reference: str | Path,
+    dims: dict[str, Any],
+    *,
+    backend: str | None = None,
+    on_warning: Callable[[str], None] | None = None,
+    what: str = "kernel",
+) -> tuple[BackendInfo, ReferenceModule, Candidate, PreflightReport]:
+    """``static_contract`` with the preflight's report (the kernel's parsed interface) beside it."""
     path = Path(kernel)
     if not path.is_file():
         if path.exists():  # a folder, /dev/null, a pipe: there, but not a file kopt can read as source
@@ -111,7 +128,7 @@ def static_contract(
     for warning in report.warnings:
         if on_warning:
             on_warning(warning)
-    return info, ref, candidate
+    return info, ref, candidate, report
 
 
 def prepare(

@@ -53,7 +53,7 @@ from kopt_core.reference import ReferenceModule, load_reference
 from kopt_core.roofline.gaps import build_ncu_top, compute_roofline, metric_values
 from kopt_core.roofline.model import default_bytes_min, default_memory_floor
 from kopt_core.roofline.plot import plot_roofline
-from kopt_core.steps.bench import Prepared, check_candidate, prepare, run_bench, static_contract
+from kopt_core.steps.bench import Prepared, prepare, run_bench, static_report
 
 if TYPE_CHECKING:
     from kopt_core.plugins import PluginManager
@@ -173,19 +173,13 @@ def kernel_buffers(
 ) -> tuple[BufferMoved, ...]:
     """The buffers a bench of ``kernel`` realises (its interface, the reference's buffers() and kopt's
     sizing rule for those it leaves unsized), read statically: no build, no GPU."""
-    from kopt_core.bench.buffers import plan_buffers, torch_dtype
+    from kopt_core.bench.buffers import plan_buffers, spec_bytes
 
-    _, ref, candidate = static_contract(pm, kernel, reference, dims, backend=backend)
-    interface = check_candidate(pm, candidate, dict(dims), ref).interface
-    assert interface is not None  # check_candidate raises without one
-    specs, _ = plan_buffers(interface, dims, ref)
+    _, ref, _, report = static_report(pm, kernel, reference, dims, backend=backend)
+    assert report.interface is not None  # check_candidate raises without one
+    specs, _ = plan_buffers(report.interface, dims, ref)
     return tuple(
-        BufferMoved(
-            name=spec.name,
-            dtype=spec.dtype,
-            role=spec.role,
-            bytes=math.prod(spec.shape) * torch_dtype(spec.dtype).itemsize,
-        )
+        BufferMoved(name=spec.name, dtype=spec.dtype, role=spec.role, bytes=spec_bytes(spec))
         for spec in specs
     )
 
@@ -427,9 +421,7 @@ def import_profile(
         dims=context.dims,
         sass=_imported_sass(context.sass or path.with_name(f"{stem}{SASS_SUFFIX}"), out_dir, stem),
         buffers=context.buffers,
-        workload=workload_used(context.model, context.buffers, duration_ms, options.ceilings)
-        if context.dims is not None
-        else None,
+        workload=workload_used(context.model, context.buffers, duration_ms, options.ceilings),
     )
     write_json(out_dir / PROFILE_FILE, to_data(summary))
     return ProfileOutcome(out_dir=out_dir, report=report, ncu_top=ncu_top, roofline=roofline, summary=summary)
