@@ -456,22 +456,13 @@ def reimport(case: dict, folder: Path, scratch: Path) -> Path:
         sass=sass if sass.is_file() else None,
     )
     again = json.loads((out / "profile.json").read_text())
-    if not again.get("buffers"):
-        kept = json.loads((folder / "profile.json").read_text())
-        if kept.get("buffers"):
-            from kopt_core.records import BufferMoved, from_data
-            from kopt_core.records.roofline import DEFAULT_CEILINGS
-            from kopt_core.steps.profile import workload_used
-
-            buffers = tuple(from_data(b, BufferMoved) for b in kept["buffers"])
-            model = None if (again.get("workload") or {}).get("source") != "reference" else again["workload"]
-            if model is None:
-                used = workload_used(None, buffers, again.get("ncu_duration_ms"), DEFAULT_CEILINGS)
-                from kopt_core.records import to_data
-
-                again["workload"] = to_data(used) if used else None
-            again["buffers"] = kept["buffers"]
-            (out / "profile.json").write_text(json.dumps(again, indent=2) + "\n")
+    kept = json.loads((folder / "profile.json").read_text())
+    if not again.get("buffers") and kept.get("buffers"):
+        # the buffers and the default workload model built on them, as the live profile recorded them
+        again["buffers"] = kept["buffers"]
+        if again.get("workload") is None:
+            again["workload"] = kept.get("workload")
+        (out / "profile.json").write_text(json.dumps(again, indent=2) + "\n")
     return out
 
 
