@@ -421,7 +421,10 @@ def import_profile(
         dims=context.dims,
         sass=_imported_sass(context.sass or path.with_name(f"{stem}{SASS_SUFFIX}"), out_dir, stem),
         buffers=context.buffers,
-        workload=workload_used(context.model, context.buffers, duration_ms, options.ceilings),
+        # a reference's workload, given with its dims (reference_evidence); a bare model is the roofline's
+        workload=workload_used(context.model, context.buffers, duration_ms, options.ceilings)
+        if context.dims is not None
+        else None,
     )
     write_json(out_dir / PROFILE_FILE, to_data(summary))
     return ProfileOutcome(out_dir=out_dir, report=report, ncu_top=ncu_top, roofline=roofline, summary=summary)
