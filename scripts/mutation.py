@@ -70,6 +70,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/knowledge/test_select_h200.py",
         "tests/knowledge/test_evidence_mutants.py",
         "tests/knowledge/test_coalescing_evidence.py",
+        "tests/knowledge/test_ladder_evidence.py",
     ),
     # what a profile may take as its kernel's check instead of checking it again
     "kopt_core/run/recorded.py": ("tests/run/test_recorded_bench.py",),

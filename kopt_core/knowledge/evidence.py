@@ -44,6 +44,19 @@ DERIVED_EVIDENCE = {
     "excess, a full-set count) over every sector the kernel's global loads, stores, atomics and "
     "reductions moved through L1: the share of its global traffic that coalescing can remove; unknown "
     "when a count is (loads by TMA are not counted: a TMA kernel's share reads its LSU traffic only)",
+    "warp_insts_per_warp": "warp instructions executed per warp launched (inst_executed over grid_size x "
+    "block_size / 32): how much work one warp does; a few hundred in a grid of many waves is one element "
+    "per thread",
+    "input_reread_ratio": "bytes of the kernel's global load sectors over the bytes of its input buffers "
+    "(profile.json): how many times its loads move the inputs (1 = each input byte once, from any level "
+    "of the memory system); unknown without the buffers or the load sectors",
+    "local_memory_insts_in_sass": "local-memory loads and stores (LDL, STL) in the kernel's SASS listing, "
+    "a static count: spills or a per-thread array the compiler could not keep in registers",
+    "local_memory_share": "local-memory sectors (loads and stores) over those and the global loads' and "
+    "stores' sectors: the share of the kernel's L1 and L2 traffic that is local memory (spills or "
+    "per-thread arrays), not global data; unknown when a count is",
+    "fp64_in_narrow_work": "1 when the FP64 pipe is at least 5% busy and no operand of the kernel is "
+    "float64 (profile.json's buffers), else 0; unknown without the pipe reading or the operand dtypes",
     "global_atomic_share": "the sectors of the kernel's global atomics and reductions over all its global "
     "sectors (loads, stores, atomics, reductions): 1 when atomics are all its global traffic",
     "load_sectors_over_ideal": "sectors per global load request over the fewest a warp access of the "
@@ -55,6 +68,9 @@ ATOMIC = re.compile(r"^(ATOMG|ATOMS|ATOM|REDG|RED)(\.|$)")
 GLOBAL_LOAD = re.compile(r"^(LDG|LDGSTS)(\.|$)")  # a global load, or cp.async's global-to-shared copy
 # bytes per lane of a global load, by the size modifier of its mnemonic (no size modifier: 32 bits)
 LOAD_BYTES = {"128": 16, "64": 8, "U16": 2, "S16": 2, "U8": 1, "S8": 1}
+LOCAL_MEMORY = re.compile(r"^(LDL|STL)(\.|$)")
+SECTOR_BYTES = 32
+FP64_BUSY_PCT = 5.0  # the FP64 pipe at least this busy is arithmetic, not a stray conversion
 MMA = re.compile(r"^(HMMA|IMMA|DMMA|BMMA|HGMMA|QGMMA|IGMMA|BGMMA)(\.|$)")
 NARROW_DTYPES = ("float16", "bfloat16", "int8", "uint8", "float8_e4m3fn", "float8_e5m2")
 GEMM_DIMS = ("m", "n", "k")
@@ -160,6 +176,13 @@ def derived_evidence(roofline: Roofline, values: dict, facts: KernelFacts | None
             _global_sectors(values),
         ),
         "load_sectors_over_ideal": _over_ideal(values.get("global_load_sectors_per_request"), mnemonics),
+        "warp_insts_per_warp": _per_warp(values),
+        "input_reread_ratio": _reread(values.get("global_load_sectors"), facts),
+        "local_memory_insts_in_sass": (
+            None if mnemonics is None else float(sum(1 for m in mnemonics if LOCAL_MEMORY.match(m)))
+        ),
+        "local_memory_share": _local_share(values),
+        "fp64_in_narrow_work": _fp64_in_narrow_work(values.get("fp64_pipe_utilization_pct"), facts),
     }
 
 
@@ -199,6 +222,33 @@ def _over_ideal(sectors_per_request: float | None, mnemonics: Sequence[str] | No
     if sectors_per_request is None or width is None:
         return None
     return sectors_per_request / width
+
+
+def _per_warp(values: dict) -> float | None:
+    warps = _product(values.get("grid_size"), values.get("block_size"))
+    return _per_inst(values.get("inst_executed"), None if warps is None else warps / 32)
+
+
+def _product(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a * b
+
+
+def _reread(load_sectors: float | None, facts: KernelFacts) -> float | None:
+    inputs = sum(b.bytes for b in facts.buffers if b.role != "output")
+    return _share(None if load_sectors is None else load_sectors * SECTOR_BYTES, float(inputs))
+
+
+def _local_share(values: dict) -> float | None:
+    local = _sum(values.get("local_load_sectors"), values.get("local_store_sectors"))
+    data = _sum(values.get("global_load_sectors"), values.get("global_store_sectors"))
+    return _share(local, None if local is None or data is None else local + data)
+
+
+def _fp64_in_narrow_work(fp64_pct: float | None, facts: KernelFacts) -> float | None:
+    dtypes = facts.input_dtypes
+    if fp64_pct is None or not dtypes:
+        return None
+    return 1.0 if fp64_pct >= FP64_BUSY_PCT and "float64" not in dtypes else 0.0
 
 
 def _per_inst(count: float | None, instructions: float | None) -> float | None:

@@ -299,7 +299,8 @@ def test_near_floor_on_the_h200_softmax_evidence():
     assert [p.headroom for p in below.selected] == [0.18, 0.13, 0.22, 0.26]
     assert _skipped(below)["memory.kernel_fusion"] == (
         "not reached: the memory budget (1) went to methods ranked above it by headroom "
-        "(memory.cp_async (0.22)); memory.kernel_fusion: headroom unknown: dram_excess_ratio not measured"
+        "(memory.cp_async (0.22)); memory.kernel_fusion: headroom unknown: dram_excess_ratio, "
+        "input_reread_ratio not measured"
     )
 
 

@@ -18,7 +18,8 @@ sv = importlib.import_module("kopt_core.sass.verify")
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "h200"
 METHODS = """compute.tensor_core compute.wgmma compute.warp_specialization compute.fp8 compute.tf32
 compute.register_tiling compute.fast_math compute.packed_half2 compute.loop_unrolling
-compute.strength_reduction
+compute.strength_reduction compute.thread_coarsening compute.warp_tiling compute.fp32_arithmetic
+memory.single_pass
 compute.split_k compute.stream_k compute.persistent_kernel compute.thread_block_clusters
 compute.warp_shuffle_reduction memory.coalescing memory.vectorized_access memory.smem_tiling memory.cp_async
 memory.tma memory.tma_multicast memory.bank_conflict_avoidance memory.ldmatrix memory.read_only_cache
@@ -59,7 +60,7 @@ def test_signatures_follow_schema_and_cover_every_method():
     schema = json.loads((root / "schemas/v1/sass_signatures.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     jsonschema.Draft202012Validator(schema).validate(document)
-    assert len(METHODS) == 44
+    assert len(METHODS) == 48
     assert sorted(document["signatures"]) == sorted(METHODS)
     loaded = load_signatures()
     for method in METHODS:
