@@ -98,11 +98,17 @@ def registry_ids() -> set[str]:
 
 
 def verifiable_ids() -> set[str]:
-    """The methods whose SASS signature has patterns: their check can pass, not only be not_applicable."""
+    """The methods whose check can pass, not only be not_applicable: a SASS signature with patterns, or
+    an ncu counter beside its not_applicable (sass_signatures.json ``counters``)."""
     from kopt_core.sass import load_signatures
 
     signatures = load_signatures()
-    return {method for method in registry_ids() if not signatures.get(method).not_applicable}
+    return {
+        method
+        for method in registry_ids()
+        if (signature := signatures.get(method)) is not None
+        and (not signature.not_applicable or signature.counters is not None)
+    }
 
 
 def method_for(step: dict, known: set[str], verifiable: set[str] | frozenset[str] = frozenset()) -> str:

@@ -79,6 +79,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/sass/test_verify_edges.py",
         "tests/sass/test_verify_mutants.py",
         "tests/run/test_sass_check.py",
+        "tests/sass/test_counter_checks.py",
     ),
     "kopt_core/ncu/parse.py": (
         "tests/ncu/test_parse.py",

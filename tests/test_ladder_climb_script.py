@@ -84,13 +84,17 @@ def test_a_label_outside_the_registry_resolves_to_the_next_id_of_its_group(climb
         "memory.bank_conflict_avoidance",
         "memory.vectorized_access",
     ]
-    # an id whose SASS footprint can be checked comes first within its group: shared-memory staging shows
-    # as LDS/STS, coalescing only in ncu's sectors
+    # an id whose check can pass comes first within its group: shared-memory staging shows as LDS/STS,
+    # bank conflicts in ncu's counter; instruction-level parallelism in neither
     verifiable = climb.verifiable_ids()
-    assert "memory.smem_tiling" in verifiable and "memory.coalescing" not in verifiable
+    assert {"memory.smem_tiling", "memory.bank_conflict_avoidance"} <= verifiable
+    assert "latency.ilp" not in verifiable
+    step = {"name": "01_x", "labels": {"must": [["latency.ilp", "memory.vectorized_access"]]}}
+    assert climb.method_for(step, known, verifiable) == "memory.vectorized_access"
+    assert climb.method_for(step, known) == "latency.ilp"
     assert [climb.method_for(s, known, verifiable) for s in steps[:-1]] == [
-        "memory.smem_tiling",
-        "memory.bank_conflict_avoidance",  # the group's only id: its check is not applicable
+        "memory.coalescing",  # checked by its excess sectors, and first in the group
+        "memory.bank_conflict_avoidance",
         "memory.vectorized_access",
     ]
 

@@ -50,6 +50,9 @@ DERIVED_EVIDENCE = {
     "input_reread_ratio": "bytes of the kernel's global load sectors over the bytes of its input buffers "
     "(profile.json): how many times its loads move the inputs (1 = each input byte once, from any level "
     "of the memory system); unknown without the buffers or the load sectors",
+    "input_l2_reread_ratio": "input_reread_ratio times the share of the load sectors that missed L1 "
+    "(1 - l1_hit_rate_pct / 100): how many times the inputs came from L2 or DRAM, where a later launch "
+    "finds what an earlier one read (L1 does not outlive a kernel); unknown when either is",
     "local_memory_insts_in_sass": "local-memory loads and stores (LDL, STL) in the kernel's SASS listing, "
     "a static count: spills or a per-thread array the compiler could not keep in registers",
     "local_memory_share": "local-memory sectors (loads and stores) over those and the global loads' and "
@@ -178,6 +181,9 @@ def derived_evidence(roofline: Roofline, values: dict, facts: KernelFacts | None
         "load_sectors_over_ideal": _over_ideal(values.get("global_load_sectors_per_request"), mnemonics),
         "warp_insts_per_warp": _per_warp(values),
         "input_reread_ratio": _reread(values.get("global_load_sectors"), facts),
+        "input_l2_reread_ratio": _l1_missed(
+            _reread(values.get("global_load_sectors"), facts), values.get("l1_hit_rate_pct")
+        ),
         "local_memory_insts_in_sass": (
             None if mnemonics is None else float(sum(1 for m in mnemonics if LOCAL_MEMORY.match(m)))
         ),
@@ -242,6 +248,10 @@ def _local_share(values: dict) -> float | None:
     local = _sum(values.get("local_load_sectors"), values.get("local_store_sectors"))
     data = _sum(values.get("global_load_sectors"), values.get("global_store_sectors"))
     return _share(local, None if local is None or data is None else local + data)
+
+
+def _l1_missed(ratio: float | None, l1_hit_pct: float | None) -> float | None:
+    return None if ratio is None or l1_hit_pct is None else ratio * (1.0 - l1_hit_pct / 100.0)
 
 
 def _fp64_in_narrow_work(fp64_pct: float | None, facts: KernelFacts) -> float | None:

@@ -212,6 +212,9 @@ class MethodSassCheck:
     status: str  # pass | fail | inconclusive | not_applicable | tool_error (SASS_STATUSES)
     strong: bool = False
     detail: str = ""  # what was expected and what was found (SassVerdict's expected and reason)
+    # what decided it: the SASS listings, or (for a method with no SASS footprint) the ncu counter of its
+    # signature in the champion's profile against the iteration's input profile
+    evidence: str = "sass"
 
     def __attrs_post_init__(self) -> None:
         if self.status not in SASS_STATUSES:
@@ -220,6 +223,10 @@ class MethodSassCheck:
             )
         if self.strong and self.status != "fail":
             raise ValueError(f"{self.method}: only a failure can be strong (status is {self.status})")
+        if self.evidence not in ("sass", "counters"):
+            raise ValueError(f"{self.method}: evidence must be sass or counters (got {self.evidence!r})")
+        if self.strong and self.evidence != "sass":
+            raise ValueError(f"{self.method}: a counter's failure is never strong")
 
 
 @frozen

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import subprocess
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -95,9 +95,24 @@ class SassRule:
 
 
 @frozen
+class CounterRule:
+    """How a method without a SASS footprint shows in ncu instead: ``metric`` (a metric-registry key) in
+    the champion's profile at most ``at_most`` times its value in the profile of the kernel the iteration
+    started from (the same bundle). ``why`` says what the counter measures."""
+
+    metric: str
+    at_most: float
+    why: str = ""
+
+    def describe(self) -> str:
+        return f"ncu {self.metric} at most {self.at_most:g}x the iteration's input kernel"
+
+
+@frozen
 class Signature:
     method: str
     not_applicable: str | None = None
+    counters: CounterRule | None = None  # only beside not_applicable: the counter that shows the method
     rules: dict[str, SassRule] = field(factory=dict)  # arch -> SassRule
     note: str = ""
 
@@ -188,6 +203,32 @@ def parse_sass(text: str) -> SassListing:
     return SassListing(functions=functions)
 
 
+# -------------------------------------------------------------------------------------------- counters
+
+
+def counter_verdict(
+    signature: Signature | None, before: Mapping[str, float | None], after: Mapping[str, float | None]
+) -> SassVerdict | None:
+    """The verdict of ``signature``'s counter rule on two profiles' metric values (``before``: the kernel
+    the iteration started from; ``after``: its champion), or None when the method has no counter rule.
+    pass: the counter fell to at most ``at_most`` of its value; fail: it did not (never strong: the
+    counter is the kernel's, not the method's alone); inconclusive: either value is unknown, or there was
+    nothing to remove (0 before)."""
+    if signature is None or signature.counters is None:
+        return None
+    rule = signature.counters
+    old, new = before.get(rule.metric), after.get(rule.metric)
+    if old is None or new is None:
+        missing = "the input kernel's" if old is None else "the champion's"
+        status, reason = "inconclusive", f"{rule.metric} unknown in {missing} profile"
+    elif old <= 0:
+        status, reason = "inconclusive", f"{rule.metric} {old:.4g} -> {new:.4g}: nothing to remove"
+    else:
+        status = "pass" if new <= rule.at_most * old else "fail"
+        reason = f"{rule.metric} {old:.4g} -> {new:.4g} ({new / old:.3g}x): {rule.why}"
+    return SassVerdict(method=signature.method, status=status, expected=rule.describe(), reason=reason)
+
+
 # --------------------------------------------------------------------------------------------- loading
 
 
@@ -195,8 +236,12 @@ def _build(document: dict[str, Any], where: str) -> SignatureSet:
     signatures = {}
     for method, entry in document["signatures"].items():
         if "not_applicable" in entry:
+            counters = entry.get("counters")
             signatures[method] = Signature(
-                method=method, not_applicable=entry["not_applicable"], note=entry.get("note", "")
+                method=method,
+                not_applicable=entry["not_applicable"],
+                note=entry.get("note", ""),
+                counters=None if counters is None else CounterRule(**counters),
             )
             continue
         rules = {}

@@ -69,6 +69,11 @@ def _read_profile_document(path: str | Path, cls: type[R], kind: str) -> R:
         raise ConfigError(f"{path} is not {what}: {why}") from None
 
 
+def read_ncu_top(path: str | Path) -> NcuTop:
+    """An ncu_top.json kopt profile wrote; a missing or wrongly shaped one is a ConfigError (exit 4)."""
+    return _read_profile_document(path, NcuTop, "ncu_top")
+
+
 def read_evidence(roofline_path: str | Path, ncu_top_path: str | Path) -> tuple[Roofline, NcuTop]:
     roofline = _read_profile_document(roofline_path, Roofline, "roofline")
     ncu_top = _read_profile_document(ncu_top_path, NcuTop, "ncu_top")

@@ -300,7 +300,7 @@ def test_near_floor_on_the_h200_softmax_evidence():
     assert _skipped(below)["memory.kernel_fusion"] == (
         "not reached: the memory budget (1) went to methods ranked above it by headroom "
         "(memory.cp_async (0.22)); memory.kernel_fusion: headroom unknown: dram_excess_ratio, "
-        "input_reread_ratio not measured"
+        "input_l2_reread_ratio not measured"
     )
 
 

@@ -220,3 +220,37 @@ def test_a_relative_rule_without_a_usable_baseline_is_inconclusive():
     empty = "Fatbin ptx code:\n================\narch = sm_90\n"
     verdict = check(without(SOFTMAX, "MUFU.RCP", 1), method, "sm_90a", baseline=empty)
     assert (verdict.status, verdict.reason) == ("inconclusive", "the baseline listing has no instructions")
+
+
+HISTOGRAM_UINT4 = (
+    Path(__file__).parents[1] / "fixtures/ladders/histogram/03_shared_atomics_uint4/evidence/full"
+)
+
+
+@pytest.mark.parametrize(
+    "mnemonic, vectorized",
+    [
+        ("LDG.E.128.CONSTANT", True),  # a const __restrict__ uint4 load: the read-only path, after .128
+        ("LDG.E.128", True),
+        ("LDG.E.LTC128B.128", True),
+        ("STG.E.128", True),
+        ("LDGSTS.E.BYPASS.LTC128B.128", True),
+        ("LDG.E.LTC128B", False),  # an L2 prefetch hint of 128 bytes, a 4-byte load
+        ("LDG.E.64", False),
+        ("LDG.E.U8.CONSTANT", False),
+    ],
+)
+def test_the_128_bit_modifier_counts_wherever_it_stands(mnemonic, vectorized):
+    """The histogram ladder's climb on the H200 (2026-12-02) found the anchored patterns missing the
+    read-only LDG.E.128.CONSTANT and calling a vectorised kernel's method implementation_failed."""
+    rule = load_signatures().get("memory.vectorized_access").rule_for("sm_90a")
+    assert any(re.search(p, mnemonic) for p in rule.patterns) is vectorized
+
+
+def test_the_histogram_s_uint4_loads_pass_vectorized_access():
+    listing = parse_sass((HISTOGRAM_UINT4 / "kernel.sass").read_text())
+    assert listing.counts()["LDG.E.128.CONSTANT"] >= 1 and not any(
+        m.endswith(".128") for m in listing.counts() if m.startswith("LDG")
+    )
+    (verdict,) = verify(listing, ["memory.vectorized_access"], arch="sm_90a")
+    assert verdict.status == "pass"
