@@ -52,6 +52,42 @@ def test_the_reread_ratio_is_load_bytes_over_the_inputs_alone():
     assert _derived({"global_load_sectors": 64.0}, only_output)["input_reread_ratio"] is None
 
 
+LOCAL = {
+    "local_load_sectors": 10.0,
+    "local_store_sectors": 30.0,
+    "global_load_sectors": 50.0,
+    "global_store_sectors": 10.0,
+}
+
+
+def test_the_local_share_is_local_sectors_over_local_and_global_data_sectors():
+    assert _derived(LOCAL)["local_memory_share"] == 0.4  # 10 + 30 of 10 + 30 + 50 + 10
+
+
+@pytest.mark.parametrize("unknown", sorted(LOCAL))
+def test_the_local_share_is_unknown_when_a_count_is(unknown):
+    assert _derived({**LOCAL, unknown: None})["local_memory_share"] is None
+
+
+def test_no_traffic_at_all_has_no_local_share():
+    assert _derived({key: 0.0 for key in LOCAL})["local_memory_share"] is None
+
+
+@pytest.mark.parametrize(
+    "l1_hit, ratio",
+    [(0.0, 2.0), (25.0, 1.5), (100.0, 0.0), (None, None)],
+)
+def test_the_l2_reread_ratio_keeps_the_loads_that_missed_l1(l1_hit, ratio):
+    facts = KernelFacts(buffers=(X, W, Y))  # 1024 input bytes; 64 sectors = 2048 bytes loaded
+    values = _derived({"global_load_sectors": 64.0, "l1_hit_rate_pct": l1_hit}, facts)
+    assert values["input_reread_ratio"] == 2.0
+    assert values["input_l2_reread_ratio"] == ratio
+    assert (
+        _derived({"global_load_sectors": None, "l1_hit_rate_pct": 0.0}, facts)["input_l2_reread_ratio"]
+        is None
+    )
+
+
 def test_local_memory_is_counted_in_the_listing_and_unknown_without_one():
     listing = KernelFacts(mnemonics=("LDL.64", "STL", "LDG.E", "LDS", "STL.128"))
     assert _derived({}, listing)["local_memory_insts_in_sass"] == 3

@@ -123,7 +123,9 @@ def test_the_coalescing_counter_reads_the_excess_sectors(tmp_path):
 
 def test_without_the_champion_s_profile_the_verdict_stays_and_names_the_command(tmp_path):
     folder = _iteration(tmp_path, "02_smem_coalesced", None)
-    (check,) = with_counters([_not_applicable("memory.bank_conflict_avoidance")], folder)
+    methods = ["memory.bank_conflict_avoidance", "memory.coalescing"]
+    check, other = with_counters([_not_applicable(m) for m in methods], folder)
+    assert other.method == "memory.coalescing" and other.detail.endswith("(kopt profile --which kernel)")
     assert check.status == "not_applicable" and check.evidence == "sass"
     assert check.detail.endswith(f"needs {CHAMPION_PREFIX}{NCU_TOP_FILE} (kopt profile --which kernel)")
 
