@@ -160,6 +160,7 @@ def derived_evidence(roofline: Roofline, values: dict, facts: KernelFacts | None
     excess = dram / bytes_min if dram is not None and bytes_min else None
     mnemonics = facts.mnemonics
     repeats = repeated_launches(facts.kernels)
+    reread = _reread(values.get("global_load_sectors"), facts)
     return {
         "dram_excess_ratio": excess,
         "atomic_insts_in_sass": (
@@ -180,10 +181,8 @@ def derived_evidence(roofline: Roofline, values: dict, facts: KernelFacts | None
         ),
         "load_sectors_over_ideal": _over_ideal(values.get("global_load_sectors_per_request"), mnemonics),
         "warp_insts_per_warp": _per_warp(values),
-        "input_reread_ratio": _reread(values.get("global_load_sectors"), facts),
-        "input_l2_reread_ratio": _l1_missed(
-            _reread(values.get("global_load_sectors"), facts), values.get("l1_hit_rate_pct")
-        ),
+        "input_reread_ratio": reread,
+        "input_l2_reread_ratio": _l1_missed(reread, values.get("l1_hit_rate_pct")),
         "local_memory_insts_in_sass": (
             None if mnemonics is None else float(sum(1 for m in mnemonics if LOCAL_MEMORY.match(m)))
         ),
