@@ -8,6 +8,7 @@ This module is the launcher contract a backend implements (see docs/plugins.md).
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -30,6 +31,9 @@ class Replay(Protocol):
 class Launcher(Protocol):
     """What the bench worker drives. ``Artifact.launcher`` names a factory ``"module:function"`` that the
     worker imports and calls with the Artifact, inside the worker process, to get one.
+
+    The factory may take a keyword ``reference`` (``make_launcher``): it then also gets the path of the
+    request's reference file.
 
     A launcher may also implement the optional protocols below (``ProvidesInputs``, ``ProvidesNotes``,
     ``ProvidesClock``); the worker checks for each with ``isinstance``.
@@ -78,14 +82,31 @@ class LaunchError(RuntimeError):
     """The kernel could not be launched or failed while running."""
 
 
-def launcher_factory(artifact: Artifact) -> Callable[[Artifact], Launcher]:
+def launcher_factory(artifact: Artifact) -> Callable[..., Launcher]:
     """The factory ``artifact.launcher`` names, its module imported (the backend's, not yet the kernel's:
     the worker takes what the kernel's code must leave alone between the two)."""
     module_name, _, attr = artifact.launcher.partition(":")
-    factory: Callable[[Artifact], Launcher] = getattr(importlib.import_module(module_name), attr)
+    factory: Callable[..., Launcher] = getattr(importlib.import_module(module_name), attr)
     return factory
 
 
-def load_launcher(artifact: Artifact) -> Launcher:
+def takes_reference(factory: Callable[..., Launcher]) -> bool:
+    """Whether ``factory`` accepts the ``reference`` keyword: the path of the request's reference file, for
+    a backend whose kernels are made from the problem the reference describes (kopt_torch builds a
+    ``ModelNew`` with the problem's constructor arguments). A factory of one argument is called as before:
+    factories grow by keyword, like hooks."""
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+    return "reference" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+
+def make_launcher(factory: Callable[..., Launcher], artifact: Artifact, reference: str = "") -> Launcher:
+    """Call ``factory`` with the Artifact, and with ``reference`` when it takes one."""
+    return factory(artifact, reference=reference) if takes_reference(factory) else factory(artifact)
+
+
+def load_launcher(artifact: Artifact, reference: str = "") -> Launcher:
     """Import and call the factory ``artifact.launcher`` names."""
-    return launcher_factory(artifact)(artifact)
+    return make_launcher(launcher_factory(artifact), artifact, reference)

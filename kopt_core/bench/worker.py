@@ -56,6 +56,7 @@ from kopt_core.bench.launchers import (
     ProvidesNotes,
     Replay,
     launcher_factory,
+    make_launcher,
 )
 from kopt_core.bench.paired import block_order
 from kopt_core.bench.runner import base_fields
@@ -221,7 +222,7 @@ class Harness:
         self.watch: Watch | None = None  # taken before the first kernel's module loads
 
     # -- loading -----------------------------------------------------------------------------------
-    def _load(self, artifact: Artifact, side: str | None = None) -> Launcher:
+    def _load(self, artifact: Artifact, reference: str, side: str | None = None) -> Launcher:
         try:
             factory = launcher_factory(artifact)
         except Exception as exc:
@@ -230,7 +231,7 @@ class Harness:
             _before_kernel_code()
             self.watch = Watch()
         try:
-            launcher = factory(artifact)
+            launcher = make_launcher(factory, artifact, reference)
         except Exception as exc:
             raise StageFailed("failed", "load", f"could not load {artifact.path}: {_describe(exc)}") from None
         self.watch.check("once the kernel's module loaded", side)
@@ -981,7 +982,7 @@ class WorkerRun(Harness):
         does before its one profiled launch)."""
         artifact = self.request.artifact
         self.enter("load")
-        launcher = self._loaded = self._load(artifact)
+        launcher = self._loaded = self._load(artifact, self.request.reference)
         self.fields["device"] = self._open_device(launcher)
         self.kernel = Side("kernel", launcher, self._clock_for(launcher))
         self.ref = load_reference(self.request.reference)
@@ -1153,10 +1154,10 @@ class PairedRun(Harness):
     def _prepare(self) -> None:
         a, b = self.paired.a, self.paired.b
         self.enter("load", "a")
-        launcher_a = self._load(a.artifact, "a")
+        launcher_a = self._load(a.artifact, a.reference, "a")
         self._open_device(launcher_a)
         self.enter("load", "b")
-        launcher_b = self._load(b.artifact, "b")
+        launcher_b = self._load(b.artifact, b.reference, "b")
         if launcher_b.device != self.device:
             raise StageFailed(
                 "error", "load", f"side a runs on {self.device} and side b on {launcher_b.device}: no pairing"
