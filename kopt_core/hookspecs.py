@@ -7,9 +7,10 @@ How hooks are called
     grow by adding arguments, never by renaming or removing them.
 
 Who answers
-    ``kopt_register_backends`` and ``kopt_register_generators`` are broadcast: every plugin may register
-    backends and generators. Every other hook is a per-backend hook: the core calls it on the one plugin
-    that registered the backend in question (the *owner*), through ``kopt_core.backends.BackendHooks``.
+    ``kopt_register_backends``, ``kopt_register_generators`` and ``kopt_register_commands`` are broadcast:
+    every plugin may register backends, generators and commands. Every other hook is a per-backend hook:
+    the core calls it on the one plugin that registered the backend in question (the *owner*), through
+    ``kopt_core.backends.BackendHooks``.
     An implementation therefore never checks whether a call is its own. A plugin that registers two
     backends reads ``backend`` (or ``candidate.backend``, ``artifact.backend``) to tell them apart.
 
@@ -81,6 +82,20 @@ def kopt_register_generators(register: Callable[[GeneratorInfo], None]) -> None:
     ``KOPT_PLUGINS`` leaves one out.
 
     Added with the generators (kopt-core 0.1.0).
+    """
+
+
+@hookspec
+def kopt_register_commands(register: Callable[[Any], None]) -> None:
+    """Register command-line commands this plugin provides: call ``register(command)`` with a
+    ``click.Command`` (or ``click.Group``) once for each; it becomes ``kopt NAME``.
+
+    Broadcast to every plugin; the return value is ignored. kopt's own commands come first: a plugin's
+    command named like one of them is not offered. A command reaches the core through the public API
+    (``kopt_core.__all__``) and ends the way every kopt command does: raise ``kopt_core.errors.KoptError``
+    (its exit code) for what the user must fix.
+
+    Added with kopt-torch's ``kopt import kernelbench`` and ``kopt suite`` (kopt-core 0.1.0).
     """
 
 

@@ -91,6 +91,30 @@ class KoptCommand(click.Command):
 class KoptGroup(click.Group):
     command_class = KoptCommand  # every command of the group (and of its subgroups) is a KoptCommand
     group_class = type  # a subgroup (``kopt iter``) is a KoptGroup too
+    # The root group also offers the commands plugins register (``kopt_register_commands``), loaded the
+    # first time a name is not one of kopt's own (or the commands are listed): kopt's own commands never
+    # wait for the plugins, and a plugin's command never shadows one of them.
+    takes_plugin_commands = False
+
+    def _plugin_commands(self) -> dict[str, click.Command]:
+        if not self.takes_plugin_commands:
+            return {}
+        # kept per manager factory (tests replace ``plugin_manager``), found once per process otherwise
+        caches: dict[Any, dict[str, click.Command]] = self.__dict__.setdefault("_plugin_caches", {})
+        factory = plugin_manager
+        if factory not in caches:
+            found: dict[str, click.Command] = {}
+            for command in registered_commands(factory()):
+                if command.name and command.name not in self.commands:
+                    found.setdefault(command.name, command)
+            caches[factory] = found
+        return caches[factory]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, cmd_name) or self._plugin_commands().get(cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._plugin_commands()})
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         # A group named without a command (a bare ``kopt``, ``kopt iter``) prints its help on stdout and
@@ -147,6 +171,23 @@ class KoptGroup(click.Group):
 @click.version_option(__version__, prog_name="kopt")
 def cli() -> None:
     """kopt: make GPU kernels faster with evidence instead of guesswork."""
+
+
+cli.takes_plugin_commands = True
+
+
+def registered_commands(pm) -> list[click.Command]:
+    """The click commands the plugins register, in registration order (a plugin that fails while
+    registering is left out: its failure is kopt plugins' to show, not every command's)."""
+    commands: list[click.Command] = []
+
+    def register(command: click.Command) -> None:
+        if not isinstance(command, click.Command):
+            raise TypeError(f"kopt_register_commands: {command!r} is not a click command")
+        commands.append(command)
+
+    pm.hook.kopt_register_commands(register=register)
+    return commands
 
 
 def plugin_manager():
