@@ -123,7 +123,7 @@ def select_cmd(
         return 0
     if not (roofline_path and ncu_top_path):
         raise ConfigError("give --state and --iter, or --roofline and --ncu-top")
-    from kopt_core.steps.backends import installed_backends
+    from kopt_core.steps.backends import installed_backends, method_backends
     from kopt_core.steps.select import select_standalone, standalone_out_dir
 
     written = envelope.Written(standalone_out_dir(roofline_path, out_dir))
@@ -137,6 +137,7 @@ def select_cmd(
         sass_path=sass_path,
         out_dir=out_dir,
         installed_backends=installed_backends(app.plugin_manager()),
+        method_backends=method_backends(app.plugin_manager(), backend),
         methods=methods,
         why=why,
     )

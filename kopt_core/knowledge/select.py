@@ -190,6 +190,8 @@ class SelectionContext:
     implementation_failed: tuple[str, ...] = field(default=(), converter=as_tuple)
     # implementation-failed ids the user allows to be selected again
     acknowledged: tuple[str, ...] = field(default=(), converter=as_tuple)
+    # other backends whose methods apply beside ``backend``'s own (its BackendInfo.methods_of)
+    method_backends: tuple[str, ...] = field(default=(), converter=as_tuple)
 
 
 def _condition_text(condition: Condition | AllOf, values: dict) -> str:
@@ -350,7 +352,7 @@ def _selected_before(method: Method, _registry: MethodRegistry, context: Selecti
 
 
 def _backend(method: Method, _registry: MethodRegistry, context: SelectionContext) -> str | None:
-    if context.backend in method.backends:
+    if any(name in method.backends for name in (context.backend, *context.method_backends)):
         return None
     return f"not for the {context.backend} backend (only {', '.join(method.backends)})"
 

@@ -25,6 +25,9 @@ class BackendInfo:
     # NVIDIA tools the backend cannot work without; the hardware gate refuses when one is missing. A tool
     # its probe names in ``ProbeResult.details`` (the Triton wheel's cuobjdump) is the one it uses.
     required_tools: tuple[str, ...] = field(default=("ncu",), converter=as_tuple)
+    # Other backends whose registry methods this one's kernels can take, beside those for its own name: a
+    # PyTorch program that launches CUDA and Triton kernels takes CUDA's and Triton's methods.
+    methods_of: tuple[str, ...] = field(default=(), converter=as_tuple)
 
 
 @frozen

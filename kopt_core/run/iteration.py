@@ -191,6 +191,7 @@ def select_in_run(
     import attrs
 
     from kopt_core.hardware import arch_for_capability
+    from kopt_core.steps.backends import method_backends
     from kopt_core.steps.select import (
         choice_of,
         read_evidence,
@@ -216,6 +217,7 @@ def select_in_run(
             ncu_top,
             arch=arch,
             backend=state.backend,
+            method_backends=method_backends(pm, state.backend),
             iteration=iteration,
             numerics_mode=state.numerics_mode,
             selected_before=state.selected_methods,

@@ -20,6 +20,13 @@ def installed_backends(pm: PluginManager) -> tuple[str, ...]:
     return tuple(BackendRegistry.from_plugins(pm).backends)
 
 
+def method_backends(pm: PluginManager, name: str) -> tuple[str, ...]:
+    """The backends whose registry methods a ``name`` kernel can take: its own name, then the backends its
+    ``BackendInfo.methods_of`` names (just the name when no plugin registers it)."""
+    info = BackendRegistry.from_plugins(pm).backends.get(name)
+    return (name, *(other for other in info.methods_of if other != name)) if info else (name,)
+
+
 def list_backends(pm: PluginManager) -> list[dict]:
     """One row per backend: ``toolchain`` (its probe found what it builds and runs with) and ``gpu_present``
     (this machine has an NVIDIA GPU; ``gpu`` names it) apart, ``needs_gpu``, and ``available``: it can

@@ -362,15 +362,17 @@ def select_standalone(
     sass_path: str | Path | None = None,
     out_dir: str | Path | None = None,
     installed_backends: tuple[str, ...] = (),
+    method_backends: tuple[str, ...] = (),
     methods: tuple[str, ...] = (),
     why: str | None = None,
 ) -> Path:
     """``kopt select --roofline R --ncu-top T``: the scan on any profile, without a run's history. The
     kernel's traits (shared-memory staging, MMA instructions...) come from ``sass_path``, else from the
     SASS listing kopt profile kept beside roofline.json. ``installed_backends`` are accepted as
-    ``backend`` besides those the method registry names. With ``methods`` (and ``why``, then required)
-    those methods are selected when they pass the hard constraints, beside the scan's own picks; a
-    refused choice writes nothing."""
+    ``backend`` besides those the method registry names; ``method_backends`` are other backends whose
+    methods ``backend`` takes (``kopt_core.steps.backends.method_backends``). With ``methods`` (and
+    ``why``, then required) those methods are selected when they pass the hard constraints, beside the
+    scan's own picks; a refused choice writes nothing."""
     choice = choice_of(tuple(methods), why)
     arch = check_standalone_options(arch, backend, tuple(dtypes), installed_backends=installed_backends)
     roofline, ncu_top = read_evidence(roofline_path, ncu_top_path)
@@ -383,6 +385,7 @@ def select_standalone(
         ncu_top,
         arch=arch,
         backend=backend,
+        method_backends=method_backends,
         numerics_mode=numerics_mode,
         dtypes=tuple(dtypes),
         facts=facts,

@@ -310,6 +310,29 @@ def test_each_gate_s_reason():
     assert again.ids == ("memory.ineffective", "memory.failed")
 
 
+def test_a_backend_takes_the_methods_of_the_backends_it_names_and_no_others():
+    reg = registry(
+        method("memory.cuda", priority=1, backends=("cuda",)),
+        method("memory.triton", priority=2, backends=("triton", "cutlass")),
+        method("memory.cutlass", priority=3, backends=("cutlass",)),
+    )
+    alone = select_methods(reg, context(budget={"memory": 3}, backend="torch"))
+    assert alone.ids == ()
+    assert skipped(alone)["memory.cuda"] == "not for the torch backend (only cuda)"
+    wider = select_methods(
+        reg, context(budget={"memory": 3}, backend="torch", method_backends=("torch", "cuda", "triton"))
+    )
+    assert wider.ids == ("memory.cuda", "memory.triton")
+    assert skipped(wider) == {"memory.cutlass": "not for the torch backend (only cutlass)"}
+    # the backend's own name counts even when the list leaves it out
+    two = registry(
+        method("memory.cuda", priority=1, backends=("cuda",)),
+        method("memory.cutlass", priority=2, backends=("cutlass",)),
+    )
+    own = select_methods(two, context(budget={"memory": 2}, backend="cutlass", method_backends=("cuda",)))
+    assert own.ids == ("memory.cuda", "memory.cutlass")
+
+
 def test_numerics_modes_exactly():
     reg = registry(
         method("memory.b", priority=1, numerics="bitwise_preserving"),
