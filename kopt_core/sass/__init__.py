@@ -8,6 +8,7 @@ fail, inconclusive, not_applicable or tool_error. Nothing here ever passes by de
 """
 
 from kopt_core.sass.verify import (
+    NoOwnDeviceCode,
     SassFunction,
     SassListing,
     SassToolError,
@@ -21,6 +22,7 @@ from kopt_core.sass.verify import (
 )
 
 __all__ = [
+    "NoOwnDeviceCode",
     "SassFunction",
     "SassListing",
     "SassToolError",

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import attrs
 from attrs import field, frozen
 
 from kopt_core.errors import EXIT_CONFIG, ConfigError, HardwareError
@@ -156,6 +157,13 @@ class SassInputError(SassToolError):
     ``kopt sass`` on a loose file exits 4 with it."""
 
     exit_code = EXIT_CONFIG
+
+
+class NoOwnDeviceCode(SassInputError):
+    """The artifact has no device code of its own: its kernels are a library's (a PyTorch program that runs
+    only libtorch's). As a candidate it cannot be verified (a tool_error verdict); as the baseline it has no
+    listing to compare against, so the rules relative to a baseline are inconclusive and the others are
+    still decided on the candidate."""
 
 
 # what cuobjdump says when it ran on a file that holds no device code
@@ -460,16 +468,26 @@ def verify_artifact(
     signatures: SignatureSet | None = None,
 ) -> list[SassVerdict]:
     """Disassemble ``target`` (and ``baseline``) with ``disassemble`` and verify; a missing or failing
-    disassembler gives "tool_error" verdicts, never a pass."""
+    disassembler gives "tool_error" verdicts, never a pass. A baseline with no device code of its own
+    (``NoOwnDeviceCode``) is no baseline: the relative rules are inconclusive and say why."""
     try:
         listing = parse_sass(disassemble(target))
-        reference = parse_sass(disassemble(baseline)) if baseline is not None else None
+        unread = ""
+        try:
+            reference = parse_sass(disassemble(baseline)) if baseline is not None else None
+        except NoOwnDeviceCode as error:
+            reference, unread = None, f"the baseline has no listing: {error}"
     except SassToolError as error:
         return [
             SassVerdict(method=method, status="tool_error", expected="", reason=str(error))
             for method in methods
         ]
-    return verify(listing, methods, arch=arch, baseline=reference, signatures=signatures)
+    verdicts = verify(listing, methods, arch=arch, baseline=reference, signatures=signatures)
+    if not unread:
+        return verdicts
+    return [
+        attrs.evolve(v, reason=f"{v.reason}; {unread}") if v.status == "inconclusive" else v for v in verdicts
+    ]
 
 
 def verify_file(

@@ -386,6 +386,35 @@ def test_a_disassembler_that_fails_gives_a_tool_error_verdict_per_method():
     ]
 
 
+def test_a_baseline_without_device_code_of_its_own_is_no_baseline_but_the_candidate_is_still_checked():
+    def disassemble(target):
+        if target == "baseline":
+            raise sv.NoOwnDeviceCode("baseline.py runs only libtorch's kernels")
+        return CUTLASS
+
+    relative, present = sv.verify_artifact(
+        disassemble,
+        "candidate",
+        ["compute.register_tiling", "memory.magic"],
+        "sm_90",
+        "baseline",
+        signatures=RELATIVE,
+    )
+    assert relative.status == "inconclusive"
+    assert relative.reason.endswith("; the baseline has no listing: baseline.py runs only libtorch's kernels")
+    assert (present.status, present.reason) == ("pass", "found 2 matching instruction(s)")
+    # the same failure on the candidate leaves nothing to check
+    with_none = sv.verify_artifact(
+        lambda target: disassemble("baseline"),
+        "candidate",
+        ["memory.magic"],
+        "sm_90",
+        "baseline",
+        signatures=RELATIVE,
+    )
+    assert [v.status for v in with_none] == ["tool_error"]
+
+
 def fake_cuobjdump(folder: Path, body: str) -> str:
     """An executable standing in for cuobjdump: ``--dump-sass FILE`` runs ``body`` (Python) with the file
     as ``path``."""
