@@ -18,13 +18,14 @@ from typing import Any
 from attrs import field, frozen
 
 from kopt_core.errors import ConfigError
-from kopt_core.jsonio import write_json, write_text_atomic
-from kopt_core.records import read_bench_result, to_data
+from kopt_core.jsonio import read_json, write_json, write_text_atomic
+from kopt_core.records import from_data, read_bench_result, to_data
 from kopt_core.records.bench import BufferReport, Tolerance
 from kopt_core.records.fields import as_tuple
 from kopt_core.records.generate import GenerationContext
 from kopt_core.records.kernel import Param
 from kopt_core.records.loop import AblationSpec, BranchSpec, Candidates
+from kopt_core.records.profile import ProfileSummary
 from kopt_core.records.roofline import AXES, NcuTop, Roofline, TopMetric
 from kopt_core.records.state import HistoryEntry, State
 from kopt_core.records.versions import BRIEF_SCHEMA_VERSION, SELECTION_KIND, read_document
@@ -136,6 +137,20 @@ class Learnt:
 
 
 @frozen
+class BriefKernel:
+    """One kernel of the profiled program, as profile.json lists its launches: a PyTorch forward, or a
+    solve that launches several kernels, is more than one."""
+
+    name: str
+    launches: int
+    duration_ms: float | None  # the sum over its launches (ncu's gpu__time_duration)
+    share: float | None  # of the program's summed duration
+
+
+MAX_KERNELS_SHOWN = 20
+
+
+@frozen
 class Brief:
     """brief.json: everything brief.md says, as data."""
 
@@ -160,6 +175,7 @@ class Brief:
     learnt: Learnt
     evidence: dict[str, str]  # document -> path relative to the iteration folder
     resume: str  # the command that continues the run
+    kernels: tuple[BriefKernel, ...] = field(default=(), converter=as_tuple)  # profile.json's, by time
     schema_version: int = BRIEF_SCHEMA_VERSION
 
 
@@ -230,6 +246,29 @@ def _roofline(roofline: Roofline) -> RooflineSummary:
         duration_ms=roofline.duration_ms,
         reasons=roofline.reasons,
     )
+
+
+def _kernels(folder: Path) -> tuple[BriefKernel, ...]:
+    """The profiled program's kernels, by name, longest first, with their share of its time; () when the
+    profile holds one kernel or cannot be read (it is evidence, not a requirement of the brief)."""
+    try:
+        profile = from_data(read_json(folder / PROFILE_FILE), ProfileSummary)
+    except (OSError, ValueError, TypeError, KeyError):
+        return ()
+    if len(profile.kernels) < 2:
+        return ()
+    totals: dict[str, list[float | None]] = {}
+    for kernel in profile.kernels:
+        totals.setdefault(kernel.name, []).append(kernel.duration_ms)
+    whole = sum(d for durations in totals.values() for d in durations if d is not None)
+    rows = []
+    for name, durations in totals.items():
+        known_ms = [d for d in durations if d is not None]
+        total = sum(known_ms) if len(known_ms) == len(durations) else None
+        rows.append(
+            BriefKernel(name, len(durations), total, total / whole if total is not None and whole else None)
+        )
+    return tuple(sorted(rows, key=lambda k: -(k.duration_ms or 0.0)))
 
 
 def catalog_cards() -> dict[str, str]:
@@ -399,6 +438,7 @@ def build_brief(context: GenerationContext) -> Brief:
         learnt=_learnt(context.state),
         evidence={name: name for name in EVIDENCE_FILES if os.path.lexists(folder / name)},
         resume=context.resume_command,
+        kernels=_kernels(folder),
     )
 
 
@@ -505,6 +545,27 @@ def _md_roofline(brief: Brief) -> str:
 
 {_bullets(r.reasons)}
 """
+
+
+def _md_kernels(brief: Brief) -> str:
+    if not brief.kernels:
+        return ""
+    rows = [
+        f"| `{k.name[:120]}` | {k.launches} | {_ms(k.duration_ms)} | "
+        + ("—" if k.share is None else f"{k.share:.0%}")
+        + " |"
+        for k in brief.kernels[:MAX_KERNELS_SHOWN]
+    ]
+    more = len(brief.kernels) - MAX_KERNELS_SHOWN
+    return (
+        "## The program's kernels (profile.json)\n\n"
+        "The profiled launch ran these kernels (a PyTorch forward runs one per operator); the share is of "
+        "their summed time: fuse or replace the large ones first.\n\n"
+        "| kernel | launches | time | share |\n|---|---|---|---|\n"
+        + "\n".join(rows)
+        + "\n"
+        + (f"\n{more} more kernels: see profile.json.\n" if more > 0 else "")
+    )
 
 
 def _md_metrics(brief: Brief) -> str:
@@ -628,6 +689,7 @@ def render_brief(brief: Brief) -> str:
         _md_header(brief),
         _md_best(brief),
         _md_roofline(brief),
+        _md_kernels(brief),
         _md_metrics(brief),
         _md_methods(brief),
         _md_learnt(brief),
