@@ -13,7 +13,7 @@ python3 -m venv .venv-test
 # headers). Linters come with kopt-core's [test] extra.
 .venv-test/bin/python -m pip install -q triton==3.9.0 nvidia-cutlass==4.2.0.0
 .venv-test/bin/python -m pip install -q -e './kopt_core[test]' -e ./kopt_cuda -e ./kopt_triton -e ./kopt_cutlass \
-  -e ./examples/kopt_example_backend
+  -e ./kopt_torch -e ./examples/kopt_example_backend
 # Habits before tests: lint, format, types and the import contracts (all configured in pyproject.toml),
 # then the suite.
 .venv-test/bin/ruff check .

@@ -17,7 +17,7 @@ import grimp
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("kopt_core", "kopt_cuda", "kopt_cutlass", "kopt_triton")
+PACKAGES = ("kopt_core", "kopt_cuda", "kopt_cutlass", "kopt_triton", "kopt_torch")
 ARCHITECTURE = REPO / "docs" / "architecture.md"
 if sys.version_info >= (3, 11):
     import tomllib
