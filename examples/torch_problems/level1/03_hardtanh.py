@@ -1,0 +1,25 @@
+"""Hardtanh (clamp to [-1, 1])."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+batch_size = 8192
+dim = 8192
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        pass
+
+    def forward(self, x):
+        return F.hardtanh(x, -1.0, 1.0)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []

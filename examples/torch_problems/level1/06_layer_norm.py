@@ -1,0 +1,24 @@
+"""LayerNorm over the last dim, with weights."""
+
+import torch
+import torch.nn as nn
+
+batch_size = 8192
+dim = 4096
+
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        return self.norm(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return [dim]

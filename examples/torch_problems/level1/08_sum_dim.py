@@ -1,0 +1,25 @@
+"""Sum over dim 1 of a 3-D tensor."""
+
+import torch
+import torch.nn as nn
+
+batch_size = 128
+dim1 = 4096
+dim2 = 1024
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        pass
+
+    def forward(self, x):
+        return torch.sum(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim1, dim2)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,24 @@
+"""tanh, clamp, then a mean over the last dim."""
+
+import torch
+import torch.nn as nn
+
+batch_size = 8192
+dim = 8192
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        pass
+
+    def forward(self, x):
+        return torch.clamp(torch.tanh(x), -0.5, 0.5).mean(dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []

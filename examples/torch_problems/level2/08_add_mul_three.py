@@ -1,0 +1,24 @@
+"""x + y * z over three inputs."""
+
+import torch
+import torch.nn as nn
+
+batch_size = 8192
+dim = 8192
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        pass
+
+    def forward(self, x, y, z):
+        return x + y * z
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim), torch.randn(batch_size, dim), torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
