@@ -74,6 +74,7 @@ TESTS: dict[str, tuple[str, ...]] = {
     ),
     # what a profile may take as its kernel's check instead of checking it again
     "kopt_core/run/recorded.py": ("tests/run/test_recorded_bench.py",),
+    "kopt_torch/scores.py": ("tests/torch/test_scores.py",),
     "kopt_core/sass/verify.py": (
         "tests/sass/test_verify.py",
         "tests/sass/test_verify_edges.py",
@@ -109,7 +110,7 @@ TESTS: dict[str, tuple[str, ...]] = {
 }
 
 # What a workspace links to (mutmut copies them into its mutants/ folder).
-LINKED = ("kopt_core", "tests", "examples")
+LINKED = ("kopt_core", "kopt_torch", "tests", "examples")
 
 # mutmut's verdicts (mutmut.stats.status_by_exit_code) that count as detected.
 DETECTED = {"killed", "timeout", "segfault", "caught by type check"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -319,3 +320,74 @@ def test_whole_speedups_read_without_trailing_zeros():
 
 def test_significant_handles_non_finite():
     assert significant(math.inf) == "inf"
+
+
+# -- the exact table and the speedups that are no speedup (killing the mutants of kopt_torch/scores.py) ---
+
+
+@pytest.mark.parametrize("bad", [0.0, -2.0, math.inf, math.nan])
+def test_a_speedup_that_could_not_be_measured_is_neither_fast_nor_in_the_geomean(bad):
+    unmeasured = attrs.evolve(ok("b", 1.0), speedup=bad, compile_speedup=bad)
+    rows = [ok("a", 4.0, compile_speedup=2.0), unmeasured]
+    assert fast_p(rows, 0.0) == 0.5 and fast_p(rows, 1.0) == 0.5
+    assert fast_p(rows, 0.0, against="compile") == 0.5
+    assert geomean_speedup(rows) == pytest.approx(4.0)
+    assert geomean_speedup([unmeasured]) is None
+
+
+def test_failures_are_ordered_by_count_then_by_name():
+    rows = [failed("a", "zeta"), failed("b", "alpha"), failed("c", "zeta"), failed("d", "beta")]
+    assert list(summary(rows)["by_failure"].items()) == [("zeta", 2), ("alpha", 1), ("beta", 1)]
+
+
+def test_an_unknown_baseline_names_itself():
+    with pytest.raises(ValueError, match=r"against must be one of \('eager', 'compile'\), not 'nvcc'"):
+        geomean_speedup([ok("a", 2.0)], against="nvcc")
+
+
+def test_the_table_line_by_line():
+    long = "x" * 130
+    rows = [
+        ok("p1", 2.5),
+        failed("p2", reason=long),
+        Row("p3", None, 2, False, None, "", 0.25, None, None),
+        Row("p4", "s4.py", 2, False, "error", "x" * 120, 0.5, None, None),
+    ]
+    text = table(rows)
+    assert text.splitlines() == [
+        "| problem | solution | correct | failure / reason | eager ms | solution ms | speedup | warnings |",
+        "|---|---|---|---|---|---|---|---|",
+        "| p1 | p1__sol.py | yes | — | 1 | 0.4 | 2.5x | — |",
+        f"| p2 | p2__sol.py | no | wrong_output: {'x' * 119}… | 1 | — | — | — |",
+        "| p3 | — | no | unknown | 0.25 | — | — | — |",
+        f"| p4 | s4.py | no | error: {'x' * 120} | 0.5 | — | — | — |",
+        "",
+        "- 1 of 4 correct",
+        "- fast_0: 0.25",
+        "- fast_1: 0.25",
+        "- fast_1.5: 0.25",
+        "- fast_2: 0.25",
+        "- geomean speedup: 2.5x",
+        "- failures: error 1, unknown 1, wrong_output 1",
+    ]
+    with_compile = table([ok("p1", 2.5, compile_speedup=0.5), ok("p2", 3.0, compile_speedup=1.5)])
+    assert with_compile.splitlines()[-2:] == [
+        "- fast_1 against torch.compile: 0.5",
+        "- geomean speedup against torch.compile: 0.866x",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (9.996, "10"),
+        (99.96, "100"),
+        (0.09996, "0.1"),
+        (123.4, "123"),
+        (1.5, "1.5"),
+        (0.5, "0.5"),
+        (-2.345, "-2.35"),
+    ],
+)
+def test_significant_digits_at_a_power_of_ten(value, text):
+    assert significant(value) == text
