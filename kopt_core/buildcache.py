@@ -14,8 +14,12 @@ import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
-from kopt_core.records import Toolchain
+import attrs
+
+from kopt_core.jsonio import read_json
+from kopt_core.records import Artifact, Toolchain, from_data
 
 
 def cache_home() -> Path:
@@ -46,6 +50,15 @@ def entry_path(toolchain: Toolchain, key: str) -> Path:
 def is_complete(entry: Path, product: str) -> bool:
     """The entry holds its build.json and its product file."""
     return (entry / "build.json").is_file() and (entry / product).is_file()
+
+
+def cached_artifact(entry: Path, product: str, **fields: Any) -> Artifact | None:
+    """The Artifact the complete entry holds, as a cache hit with ``fields`` (this build's source, path,
+    interface, build_seconds...) in place of the stored ones; None when the entry is not complete."""
+    if not is_complete(entry, product):
+        return None
+    stored = from_data(read_json(entry / "build.json"), Artifact)
+    return attrs.evolve(stored, cache_hit=True, **fields)
 
 
 def staging_folder(entry: Path) -> Path:

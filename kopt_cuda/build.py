@@ -33,11 +33,17 @@ from pathlib import Path
 
 import attrs
 
-from kopt_core.buildcache import content_key, entry_path, is_complete, publish, staging_folder
+from kopt_core.buildcache import (
+    cached_artifact,
+    content_key,
+    entry_path,
+    publish,
+    staging_folder,
+)
 from kopt_core.errors import ConfigError, HardwareError
-from kopt_core.jsonio import read_json, write_json, write_text_atomic
+from kopt_core.jsonio import write_json, write_text_atomic
 from kopt_core.process import run_in_group
-from kopt_core.records import from_data, to_data
+from kopt_core.records import to_data
 from kopt_core.records.build import Artifact, KernelResources, Toolchain
 from kopt_core.records.kernel import KernelInterface
 from kopt_core.tools import find_on_path, find_tool
@@ -199,19 +205,19 @@ def build_shared_library(
         key = _cache_key(staged, flags, version, toolchain.arch, dependencies)
         entry = entry_path(toolchain, key)
 
-        if is_complete(entry, LIBRARY):
-            stored = from_data(read_json(entry / "build.json"), Artifact)
-            write_text_atomic(build_dir / "build.log", stored.log)
-            return attrs.evolve(
-                stored,
-                backend=backend,
-                source=str(paths[0]),
-                path=str(entry / LIBRARY),
-                launcher=LAUNCHER,
-                interface=interface,
-                cache_hit=True,
-                build_seconds=time.perf_counter() - started,
-            )
+        cached = cached_artifact(
+            entry,
+            LIBRARY,
+            backend=backend,
+            source=str(paths[0]),
+            path=str(entry / LIBRARY),
+            launcher=LAUNCHER,
+            interface=interface,
+            build_seconds=time.perf_counter() - started,
+        )
+        if cached is not None:
+            write_text_atomic(build_dir / "build.log", cached.log)
+            return cached
 
         command = [nvcc, *staged.flags, "-o", f"../../{LIBRARY}", *staged.names]
         completed = _run(command, timeout=timeout_s, what=f"nvcc building {paths[0]}", staged=staged)

@@ -16,12 +16,10 @@ import shutil
 import time
 from pathlib import Path
 
-import attrs
-
-from kopt_core.buildcache import content_key, entry_path, is_complete, publish, staging_folder
+from kopt_core.buildcache import cached_artifact, content_key, entry_path, publish, staging_folder
 from kopt_core.errors import ConfigError
-from kopt_core.jsonio import read_json, write_json
-from kopt_core.records import Artifact, Candidate, Toolchain, from_data, to_data
+from kopt_core.jsonio import write_json
+from kopt_core.records import Artifact, Candidate, Toolchain, to_data
 from kopt_triton.contract import parse_kernel
 from kopt_triton.toolchain import triton_version
 
@@ -60,16 +58,16 @@ def prepare_artifact(candidate: Candidate, toolchain: Toolchain) -> Artifact:
     entry = entry_path(toolchain, key)
     copy = entry / source_path.name
 
-    if is_complete(entry, copy.name):
-        stored = from_data(read_json(entry / "build.json"), Artifact)
-        return attrs.evolve(
-            stored,
-            source=str(source_path),
-            path=str(copy),
-            interface=interface,
-            cache_hit=True,
-            build_seconds=time.perf_counter() - started,
-        )
+    cached = cached_artifact(
+        entry,
+        copy.name,
+        source=str(source_path),
+        path=str(copy),
+        interface=interface,
+        build_seconds=time.perf_counter() - started,
+    )
+    if cached is not None:
+        return cached
 
     staging = staging_folder(entry)
     try:
