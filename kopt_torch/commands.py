@@ -15,24 +15,15 @@ import click
 from kopt_core.errors import ConfigError
 
 
-def _value(text: str) -> int | float:
-    try:
-        return int(text)
-    except ValueError:
-        try:
-            return float(text)
-        except ValueError:
-            raise ConfigError(f"{text!r} is not a number") from None
-
-
 def _overrides(words: tuple[str, ...]) -> dict[str, Any]:
-    dims: dict[str, Any] = {}
+    """``--dim NAME=VALUE`` words as the core reads ``--NAME=VALUE`` dims (numbers, one value per name)."""
+    from kopt_core.dims import parse_dims
+
     for word in words:
-        name, sep, value = word.partition("=")
+        name, sep, _ = word.partition("=")
         if not sep or not name.isidentifier():
             raise ConfigError(f"--dim {word!r}: give NAME=VALUE (a size of the problems, e.g. batch_size=64)")
-        dims[name] = _value(value)
-    return dims
+    return dict(parse_dims(None, [f"--{word}" for word in words]))
 
 
 @click.group("import")
