@@ -110,6 +110,13 @@ def test_the_suite_command_scores_a_folder_and_exits_2_when_nothing_is_correct(p
     )
     missing = invoke("suite", "--out", tmp_path / "suite")
     assert missing.exit_code == EXIT_CONFIG
+    for words, said in (
+        (("--dim", "batch_size"), "give NAME=VALUE"),
+        (("--dim", "batch_size=many"), "is not a number"),
+        (("--dim", "batch_size=2", "--dim", "batch_size=3"), "given twice with different values"),
+    ):
+        refused = invoke("suite", problems, solutions, "--out", tmp_path / "refused", *words)
+        assert refused.exit_code == EXIT_CONFIG and said in refused.output, refused.output
 
 
 def test_the_torch_backend_takes_cuda_and_triton_methods_and_nothing_else_does():
