@@ -7,8 +7,9 @@ How hooks are called
     grow by adding arguments, never by renaming or removing them.
 
 Who answers
-    ``kopt_register_backends``, ``kopt_register_generators`` and ``kopt_register_commands`` are broadcast:
-    every plugin may register backends, generators and commands. Every other hook is a per-backend hook:
+    ``kopt_register_backends``, ``kopt_register_generators``, ``kopt_register_executors`` and
+    ``kopt_register_commands`` are broadcast: every plugin may register backends, generators, executors
+    and commands. Every other hook is a per-backend hook:
     the core calls it on the one plugin that registered the backend in question (the *owner*), through
     ``kopt_core.backends.BackendHooks``.
     An implementation therefore never checks whether a call is its own. A plugin that registers two
@@ -18,6 +19,11 @@ Required and optional
     A backend must implement ``kopt_preflight`` and ``kopt_compile``. The others are optional: when the
     owner leaves one out, the core uses the default that each docstring names. Defaults live in
     ``kopt_core.backends``, so a backend never writes a hook that only forwards to a shared function.
+
+Executors
+    An executor is where candidates are built and timed (one worker, one per GPU, one per GPU of a Ray
+    cluster). Like a generator it is an object: a plugin registers ``ExecutorInfo(name, description,
+    open)`` and the core opens the one a command names into a pool of workers (``kopt_core.execute``).
 
 Generators
     A generator writes an iteration's candidate kernels (docs/loop.md, step 3d). It is an object, not a
@@ -47,6 +53,7 @@ if TYPE_CHECKING:
         ProfileLaunch,
         Toolchain,
     )
+    from kopt_core.records.executor import ExecutorInfo
     from kopt_core.records.generate import GeneratorInfo
     from kopt_core.records.search import SearchSource
     from kopt_core.reference import ReferenceModule
@@ -82,6 +89,21 @@ def kopt_register_generators(register: Callable[[GeneratorInfo], None]) -> None:
     ``KOPT_PLUGINS`` leaves one out.
 
     Added with the generators (kopt-core 0.1.0).
+    """
+
+
+@hookspec
+def kopt_register_executors(register: Callable[[ExecutorInfo], None]) -> None:
+    """Register the executors this plugin provides: call ``register(ExecutorInfo(...))`` once for each.
+
+    Broadcast to every plugin; the return value is ignored. An executor is where candidates are built
+    and timed: the core calls ``info.open(options)`` on the one a command names (``--executor NAME``)
+    and enters the ``kopt_core.bench.pool.WorkerPool`` it returns; each of its workers keeps every
+    guarantee of ``kopt_core.bench.executor.Executor`` (docs/executors.md). kopt registers ``local`` and
+    ``gpus``; kopt-ray registers ``ray``. A name registered by two plugins is a clash: neither can be
+    used until ``KOPT_PLUGINS`` leaves one out.
+
+    Added with the executors (kopt-core 0.1.0).
     """
 
 

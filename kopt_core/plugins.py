@@ -4,8 +4,9 @@ Nothing here runs on import. The CLI and embedding tools call ``get_plugin_manag
 manager with ``load_entrypoints=False`` and register their own plugin objects.
 
 ``KOPT_PLUGINS`` (comma-separated entry-point names) restricts which installed plugins load; set it to
-an empty string to load none. A name in it that no installed plugin has is a ConfigError (exit 4) naming
-the installed ones: a misspelt name would otherwise load fewer plugins than asked, silently.
+an empty string to load none but kopt's own executors (``ALWAYS_LOADED``). A name in it that no
+installed plugin has is a ConfigError (exit 4) naming the installed ones: a misspelt name would
+otherwise load fewer plugins than asked, silently.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from kopt_core.errors import ConfigError
 
 ENTRY_POINT_GROUP = "kopt"
 ALLOWLIST_ENV = "KOPT_PLUGINS"
+# kopt's own executors (local, gpus) load whatever KOPT_PLUGINS says: every command that times anything
+# runs on one of them (kopt_core.execute.builtin).
+ALWAYS_LOADED = frozenset({"kopt_executors"})
 
 hookimpl = pluggy.HookimplMarker("kopt")
 
@@ -74,7 +78,7 @@ def load_entrypoints(pm: PluginManager) -> None:
     allowed = allowlist()
     check_allowlist(allowed, installed_plugins())
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if allowed is not None and ep.name not in allowed:
+        if allowed is not None and ep.name not in allowed and ep.name not in ALWAYS_LOADED:
             continue
         if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
             continue
@@ -82,6 +86,23 @@ def load_entrypoints(pm: PluginManager) -> None:
             pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=ep.name)
         except Exception as exc:  # a broken third-party plugin must not take kopt down
             pm.load_failures[ep.name] = f"{type(exc).__name__}: {exc}"
+
+
+def registered_by_plugins(pm: PluginManager, hook: str) -> tuple[dict[str, tuple[str, Any]], tuple[str, ...]]:
+    """What the plugins register through the broadcast hook ``hook`` (``register(info)`` calls, each
+    ``info`` with a ``name``): name -> (the registering plugin's name, info) for every name exactly one
+    plugin registered, and the names more than one did (clashes, sorted), which nobody may use."""
+    claims: dict[str, list[tuple[str, Any]]] = {}
+    plugins = sorted((name, plugin) for plugin in pm.get_plugins() if (name := pm.get_name(plugin)))
+    for name, plugin in plugins:
+
+        def register(info: Any, owner: str = name) -> None:
+            claims.setdefault(info.name, []).append((owner, info))
+
+        only_this = [other for other in pm.get_plugins() if other is not plugin]
+        pm.subset_hook_caller(hook, remove_plugins=only_this)(register=register)
+    unique = {name: found[0] for name, found in claims.items() if len(found) == 1}
+    return unique, tuple(sorted(name for name, found in claims.items() if len(found) > 1))
 
 
 def get_plugin_manager(*, autoload: bool = True, plugins: tuple[object, ...] = ()) -> PluginManager:

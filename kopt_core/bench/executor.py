@@ -4,8 +4,9 @@ process that runs it.
 A step hands an ``Executor`` one command at a time (bench one kernel, or pair two) and gets a record back;
 it never handles a process. ``WorkerExecutor`` is the local executor for one GPU: ONE long-lived bench
 worker (``python -m kopt_core.bench.worker --serve``) runs every command, so a step pays the process start
-and the import of torch once rather than per candidate. Executors over several GPUs or a cluster will
-implement the same protocol; scheduling (which candidate, where, in which order) stays with the steps.
+and the import of torch once rather than per candidate. Executors over several GPUs or a cluster
+(``kopt_core.bench.pool``, docs/executors.md) hand out workers that implement the same protocol;
+scheduling (which candidate, where, in which order) stays with the steps.
 
 What one process per candidate gave is kept:
 
@@ -44,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
@@ -174,8 +176,9 @@ class WorkerExecutor:
     """The local executor: one long-lived bench worker process, started at the first command, replaced
     after any command that is not ok (see the module's docstring). Use it as a context manager."""
 
-    def __init__(self, *, python: str = sys.executable) -> None:
+    def __init__(self, *, python: str = sys.executable, env: Mapping[str, str] | None = None) -> None:
         self._python = python
+        self._env = dict(env or {})  # set in the worker's environment over this process's (a GPU's pin)
         self._scratch: Path | None = None
         self._worker: _Worker | None = None
         self._ids = itertools.count(1)
@@ -333,7 +336,7 @@ class WorkerExecutor:
         stderr_path = self._folder() / f"worker{next(self._logs)}.stderr.log"
         commands_read, commands_write = os.pipe()
         replies_read, replies_write = os.pipe()
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self._env)
         try:
             serve = ["-m", "kopt_core.bench.worker", "--serve", str(commands_read), str(replies_write)]
             process = start_in_group(

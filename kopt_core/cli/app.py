@@ -263,3 +263,33 @@ def compile_jobs_option(help: str = "Parallel CPU compiles: auto or N.") -> Call
     return click.option(
         "--compile-jobs", default=default_of(State, "compile_jobs"), show_default=True, help=help
     )
+
+
+def key_values(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
+    """Repeated ``KEY=VALUE`` options as a dict (a later KEY wins)."""
+    options: dict[str, str] = {}
+    for value in values:
+        key, sep, text = value.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{value!r}: write KEY=VALUE (e.g. trials=24)")
+        options[key.strip()] = text
+    return options
+
+
+def executor_options(
+    help: str = "Where candidates are timed: local, gpus, ray, or a plugin's.",
+) -> Callable[[F], F]:
+    """``--executor NAME`` and ``--executor-option KEY=VALUE`` (docs/executors.md)."""
+
+    def decorate(function: F) -> F:
+        function = click.option(
+            "--executor-option",
+            "executor_options",
+            multiple=True,
+            callback=key_values,
+            metavar="KEY=VALUE",
+            help="An option of the executor (repeatable), e.g. devices=0,1 or address=ray://head:10001.",
+        )(function)
+        return click.option("--executor", default="local", show_default=True, help=help)(function)
+
+    return decorate

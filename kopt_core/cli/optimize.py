@@ -11,16 +11,6 @@ from kopt_core.cli import app, envelope, outputs, render
 from kopt_core.records.state import State
 
 
-def _generator_options(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
-    options: dict[str, str] = {}
-    for value in values:
-        key, sep, text = value.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"{value!r}: write KEY=VALUE (e.g. timeout_s=1800)")
-        options[key.strip()] = text
-    return options
-
-
 @app.cli.command("optimize", context_settings=app.FREE_ARGUMENTS)
 @click.option("--baseline", type=click.Path(dir_okay=False), default=None, help="Baseline kernel file.")
 @click.option("--ref", "reference", type=click.Path(dir_okay=False), default=None, help="Reference file.")
@@ -34,7 +24,7 @@ def _generator_options(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
     "--generator-option",
     "generator_options",
     multiple=True,
-    callback=_generator_options,
+    callback=app.key_values,
     metavar="KEY=VALUE",
     help='An option of the generator (repeatable), e.g. \'command=["python3","gen.py"]\' or trials=24.',
 )

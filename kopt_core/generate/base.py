@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from attrs import frozen
 
 from kopt_core.errors import ConfigError
+from kopt_core.plugins import registered_by_plugins
 from kopt_core.records.generate import GeneratorInfo
 
 if TYPE_CHECKING:
@@ -39,20 +40,11 @@ class GeneratorRegistry:
 
     @classmethod
     def from_plugins(cls, pm: PluginManager) -> GeneratorRegistry:
-        registered: dict[str, list[tuple[str, GeneratorInfo]]] = {}
-        plugins = sorted((name, plugin) for plugin in pm.get_plugins() if (name := pm.get_name(plugin)))
-        for name, plugin in plugins:
-
-            def register(info: GeneratorInfo, owner: str = name) -> None:
-                registered.setdefault(info.name, []).append((owner, info))
-
-            only_this = [other for other in pm.get_plugins() if other is not plugin]
-            pm.subset_hook_caller("kopt_register_generators", remove_plugins=only_this)(register=register)
-        unique = {name: claims[0] for name, claims in registered.items() if len(claims) == 1}
+        unique, clashes = registered_by_plugins(pm, "kopt_register_generators")
         return cls(
             generators={name: info for name, (_, info) in unique.items()},
             owners={name: owner for name, (owner, _) in unique.items()},
-            clashes=tuple(sorted(name for name, claims in registered.items() if len(claims) > 1)),
+            clashes=clashes,
         )
 
     def names(self) -> tuple[str, ...]:

@@ -21,7 +21,7 @@ def test_the_built_in_generators_are_found_through_entry_points(monkeypatch):
     assert points.get("kopt_command") == "kopt_core.generate.command"
     monkeypatch.setenv("KOPT_PLUGINS", "kopt_agent,kopt_command")  # only kopt's generators, as installed
     pm = get_plugin_manager()
-    assert describe_plugins(pm) == [
+    assert [row for row in describe_plugins(pm) if row["name"] != "kopt_executors"] == [
         {"name": name, "hooks": ["kopt_register_generators"], "package": "kopt-core", "version": "0.1.0"}
         for name in ("kopt_agent", "kopt_command")
     ]
