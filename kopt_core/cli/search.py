@@ -59,6 +59,15 @@ SEED_MAX = (1 << 32) - 1  # Optuna's samplers seed numpy, which takes 32 bits
     "--seed", type=click.IntRange(0, SEED_MAX), default=0, show_default=True, help="The sampler's seed."
 )
 @app.compile_jobs_option("Configurations built at once in the compile pool before each is timed: auto or N.")
+@app.executor_options(
+    "Where the trials are timed: local (one worker), gpus (one per GPU), ray, or a plugin's."
+)
+@click.option(
+    "--join",
+    is_flag=True,
+    help="Add this process as one more worker of the study another kopt search (on any host) started in "
+    "--storage; the same kernel, reference and dims name the same study.",
+)
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the envelope (result: the search's outcome) on stdout."
 )
@@ -75,6 +84,9 @@ def search_cmd(
     out_dir,
     seed,
     compile_jobs,
+    executor,
+    executor_options,
+    join,
     as_json,
     extra,
 ) -> int:
@@ -88,15 +100,24 @@ def search_cmd(
     from pathlib import Path
 
     from kopt_core.dims import parse_dims
+    from kopt_core.errors import ConfigError
+    from kopt_core.execute.base import open_pool
     from kopt_core.steps.search import search_kernel
     from kopt_core.steps.search_outcome import default_out_dir, default_trials, search_failure
 
     dims = parse_dims(dims_json, extra)
+    if join and storage is None:
+        raise ConfigError(
+            "--join adds a worker to a study in a shared storage: give it with --storage",
+            hint="e.g. --storage postgresql://kopt@db-host/kopt, the URL the first worker was given",
+        )
+    pm = app.plugin_manager()
+    pool = open_pool(pm, executor, executor_options)
     out = Path(out_dir) if out_dir else default_out_dir(kernel)
     if out_dir is None:
         outputs.check_writable(out, folder=True)
     outcome = search_kernel(
-        app.plugin_manager(),
+        pm,
         kernel,
         reference,
         dims,
@@ -110,6 +131,8 @@ def search_cmd(
         progress=not as_json and sys.stderr.isatty(),  # a bar only where a person watches
         on_warning=render.warning,
         compile_jobs=compile_jobs,
+        pool=pool,
+        join=join,
     )
     failure = search_failure(outcome)
     if as_json:

@@ -353,6 +353,7 @@ class TrialOutcome:
     status: Literal["ok", "failed"]
     value_ms: float | None = None
     detail: str = ""
+    worker: str = ""  # the executor's slot that timed it ("cuda:1"): times of two slots are not compared
 
     def __attrs_post_init__(self) -> None:
         if self.status == "ok":
@@ -377,3 +378,4 @@ class TrialRecord:
     detail: str
     seconds: float  # how long the objective took
     seeded: str = ""  # "prior" when the configuration was one of run_study's ``first``, else ""
+    worker: str = ""  # the executor's slot that timed it ("" before there were executors)

@@ -10,15 +10,16 @@ How a study stays correct across kills and resumes:
 
 - Each trial carries user attributes: ``kopt_owner`` (host/pid/start time of the process evaluating
   it), ``kopt_config_id`` and ``kopt_config`` (the canonical configuration), and once it ends
-  ``kopt_status`` (``ok``, ``failed``, ``rejected``, ``duplicate``, ``interrupted``), ``kopt_detail`` and
-  ``kopt_seconds``.
-- On start, a RUNNING trial whose owner is gone (a dead pid on this host, a pid now reused by another
-  process, no owner recorded, or this very process) was interrupted: its parameters are enqueued again
-  (``study.enqueue_trial``, so the next ``ask`` evaluates them first), then it is marked
-  ``interrupted`` and FAIL. Enqueueing first means a kill in between can only enqueue twice, never lose
-  the configuration; the second copy is then a duplicate (below). RUNNING trials of a live process
-  (here or on another host, which cannot be checked) are left alone, and their configurations are not
-  evaluated here at the same time.
+  ``kopt_status`` (``ok``, ``failed``, ``rejected``, ``duplicate``, ``interrupted``, ``surplus``),
+  ``kopt_detail`` and ``kopt_seconds``.
+- Before every round of proposals, a RUNNING trial whose owner is gone (a dead pid on this host, a pid
+  now reused by another process, no owner recorded, or this very process) was interrupted: its
+  parameters are enqueued again (``study.enqueue_trial``, so the next ``ask`` evaluates them first),
+  then it is marked ``interrupted`` and FAIL. Enqueueing first means a kill in between can only enqueue
+  twice, never lose the configuration; the second copy is then a duplicate (below). RUNNING trials of a
+  live process here, or of another host (whose pid cannot be checked), are left alone while their
+  heartbeat goes on, and their configurations are not evaluated here at the same time; one silent for
+  ``GRACE_BEATS`` beats is failed by Optuna, whose retry callback enqueues its parameters again.
 - Configurations are deduplicated by id. A sampler that proposes one already evaluated gets the recorded
   result back without a second evaluation: the trial is told COMPLETE with the same value (``duplicate``,
   ``kopt_duplicate_of``), or PRUNED when the configuration had failed, so TPE learns to avoid it; failed
@@ -45,24 +46,33 @@ How a study stays correct across kills and resumes:
   proposals asked together. Those proposed in the same batch are RUNNING together, so a kill requeues
   all of them (the rule above); a configuration proposed twice in one batch is evaluated once and the
   second proposal is its duplicate. Proposals are told one by one, in order, after each evaluation.
-
-One process runs a study at a time; a second one on the same storage is not coordinated beyond the rules
-above.
+- Workers: several processes, on one host or many, may share a study through its storage (``join``).
+  Each reads the others' evaluations before every round, and counts them and the others' trials in
+  flight towards the budget. Trials are numbered in the order they were created, so when two workers
+  propose one configuration at once (or two configurations for the budget's last evaluation), the
+  earlier trial is evaluated and the later one yields: told as its ``duplicate``, or ``surplus`` (FAIL,
+  its parameters enqueued again, not counted). A joiner's sampler and grid order are seeded from
+  ``seed`` and its process, so that it does not propose what the first worker proposes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import importlib.util
 import io
 import math
 import os
 import random
+import re
 import socket
+import threading
 import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -71,7 +81,7 @@ import sqlalchemy.exc
 from attrs import field, frozen
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.samplers import BaseSampler
-from optuna.storages import BaseStorage
+from optuna.storages import BaseStorage, fail_stale_trials
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from kopt_core import progress as display
@@ -90,11 +100,14 @@ from kopt_core.records.search import (
     Value,
 )
 from kopt_core.records.versions import RESULTS_SCHEMA_VERSION
-from kopt_core.search.promotion import fastest_passing
+from kopt_core.search.promotion import fastest_passing, first_error_line
 from kopt_core.search.variants import check_config, config_id
 
 Encoding = Literal["values", "indices"]
 MAX_IDLE_PROPOSALS = 5
+RACE_WAIT_S = 5.0  # how long a proposal waits for another worker's earlier trial to name its configuration
+HEARTBEAT_S = 10  # how often a worker tells the storage its trials are alive
+GRACE_BEATS = 6  # a trial silent for this many beats is failed and retried (a minute by default)
 
 OWNER = "kopt_owner"
 CONFIG_ID = "kopt_config_id"
@@ -104,6 +117,7 @@ DETAIL = "kopt_detail"
 SECONDS = "kopt_seconds"
 DUPLICATE_OF = "kopt_duplicate_of"
 REQUEUED_FROM = "kopt_requeued_from"
+WORKER = "kopt_worker"  # the executor's slot that timed it ("local", "cuda:1", "ray:<node>/gpu0")
 SEEDED = "kopt_seeded"  # "prior": enqueued from run_study's ``first``, before the sampler proposed anything
 PRIOR = "prior"
 STUDY_SPACE_ID = "kopt_space_id"
@@ -111,6 +125,13 @@ STUDY_ENCODING = "kopt_encoding"
 
 
 Objective = Callable[[Config], TrialOutcome]
+
+
+def workers_of(objective: Objective) -> int:
+    """How many evaluations the objective runs at once (its ``workers``, at least 1): one per worker of
+    its executor; the engine then calls it from that many threads."""
+    workers = getattr(objective, "workers", 1)
+    return workers if type(workers) is int and workers > 1 else 1
 
 
 def batch_size_of(objective: Objective) -> int:
@@ -167,33 +188,60 @@ def run_study(
     seed: int = 0,
     progress: bool = True,
     first: Sequence[Mapping[str, Value]] = (),
+    join: bool = False,
+    heartbeat_s: int = HEARTBEAT_S,
 ) -> StudyResult:
     """Search ``space`` for the configuration with the lowest ``objective`` time, resuming the study
     ``study_name`` in ``storage`` if it exists. Stops at ``trials`` evaluations in the study, after
     ``time_budget_s`` seconds of this call, or when every valid point has been evaluated. ``first``:
     configurations to evaluate before the sampler proposes anything, in order, when the study is fresh
-    (see the module docstring; those breaking a constraint or repeated are skipped). ConfigError for
-    a bad sampler, budget or storage, a point of ``first`` outside the space, or a study that holds a
-    different space."""
+    (see the module docstring; those breaking a constraint or repeated are skipped). ``join``: add this
+    call as one more worker of a study that must exist already (another process or host started it; it
+    is never seeded here, and its sampler and grid order take a seed made of ``seed`` and this process,
+    so that it does not propose what the first worker proposes). ``heartbeat_s``: how often this call
+    tells the storage that its trials are alive; a trial silent for ``GRACE_BEATS`` beats is failed and
+    retried by whichever worker notices.
+    ConfigError for a bad sampler, budget or storage, a point of ``first`` outside the space, a study
+    that holds a different space, or one to join that does not exist."""
     if trials is not None and trials < 0:
         raise ConfigError(f"the trial budget must be >= 0, not {trials}")
     if time_budget_s is not None and not time_budget_s > 0:
         raise ConfigError(f"the time budget must be > 0 seconds, not {time_budget_s}")
     seeds = [check_config(space, point) for point in first]
+    if heartbeat_s < 1:
+        raise ConfigError(f"the heartbeat must be at least 1 second, not {heartbeat_s}")
+    if join:  # the same seed would propose, in turn, what the first worker proposed: all duplicates
+        seed = random.Random(f"{seed}/{_process_owner()}").randrange(1 << 32)
     chosen, encoding = _make_sampler(sampler, seed)
-    backend = _open_storage(storage)
     started = time.monotonic()
     with _quiet_optuna():
-        study = optuna.create_study(
-            storage=backend, study_name=study_name, direction="minimize", sampler=chosen, load_if_exists=True
-        )
+        backend = _open_storage(storage, heartbeat_s)
+        if join:
+            try:
+                study = optuna.load_study(study_name=study_name, storage=backend, sampler=chosen)
+            except KeyError:
+                raise ConfigError(
+                    f"there is no study {study_name!r} to join in {_shown(storage)}",
+                    hint="start it first with the same kopt search without --join (on any host), with the "
+                    "same kernel, reference, dims and --storage",
+                ) from None
+        else:
+            study = optuna.create_study(
+                storage=backend,
+                study_name=study_name,
+                direction="minimize",
+                sampler=chosen,
+                load_if_exists=True,
+            )
         session = _Session(space, study, backend, encoding, grid=sampler == "grid", seed=seed)
         session.check_study()
-        session.recover()
-        session.load_seen()
-        session.seed(seeds, trials)
-        with _display(progress, trials, session.evaluated) as show:
-            reason = session.loop(objective, trials, time_budget_s, show)
+        with _Heartbeat(backend, heartbeat_s) as beat:
+            session.beat = beat
+            session.sync()
+            if not join:
+                session.seed(seeds, trials)
+            with _display(progress, trials, session.evaluated) as show:
+                reason = session.loop(objective, trials, time_budget_s, show)
         return session.result(sampler, reason, time.monotonic() - started)
 
 
@@ -212,12 +260,14 @@ def write_results(result: StudyResult, folder: str | Path, stem: str = "trials")
     folder = Path(folder)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["number", "config_id", "status", "value_ms", "seconds", "detail", "config", "seeded"])
+    writer.writerow(
+        ["number", "config_id", "status", "value_ms", "seconds", "detail", "config", "seeded", "worker"]
+    )
     for t in result.trials:
         value = "" if t.value_ms is None else repr(t.value_ms)
         config = ", ".join(f"{name}={value!r}" for name, value in t.config.items())
         writer.writerow(
-            [t.number, t.config_id, t.status, value, f"{t.seconds:.3f}", t.detail, config, t.seeded]
+            [t.number, t.config_id, t.status, value, f"{t.seconds:.3f}", t.detail, config, t.seeded, t.worker]
         )
     csv_path = write_text_atomic(folder / f"{stem}.csv", buffer.getvalue())
     document = {
@@ -243,6 +293,14 @@ def write_results(result: StudyResult, folder: str | Path, stem: str = "trials")
 # --- the session -----------------------------------------------------------------------------------
 
 
+class _Proposal:
+    """A trial asked and not told yet, with its configuration."""
+
+    def __init__(self, trial: Trial, config: Config, identifier: str) -> None:
+        self.trial, self.config, self.identifier = trial, config, identifier
+        self.started = time.monotonic()
+
+
 class _Session:
     """One call's view of a study: what has been evaluated, and the next step."""
 
@@ -262,7 +320,19 @@ class _Session:
         self.owner = _process_owner()
         self.seen: dict[str, TrialRecord] = {}
         self.in_flight: dict[str, int] = {}  # config id -> trial number, being evaluated elsewhere
+        self.pending: dict[str, int] = {}  # config id -> trial number, being evaluated by this call
+        self.echoes: dict[str, list[Trial]] = {}  # proposals of a pending configuration, told after it
+        self.mine: set[int] = set()  # trial numbers this call has asked and not told yet
+        self.recovered: set[int] = set()  # trial numbers this call failed as interrupted
+        self.beat = _Heartbeat(storage, 0)  # replaced by run_study's
+        heartbeat = _heartbeat_interval(storage)
+        self.grace_s = GRACE_BEATS * (heartbeat or HEARTBEAT_S)
+        self.poll_s = min(2.0, heartbeat or 2.0)  # how often a waiting loop looks at the storage again
+        self.news: tuple[int, frozenset[int]] = (0, frozenset())
+        self.news_at = time.monotonic()
         self.evaluated = self.evaluated_now = self.failed = self.idle = 0
+        self.budget: int | None = None  # the study's trial budget (``loop``'s ``trials``)
+        self.full = False  # the last proposal found the budget taken by earlier trials (``_race``)
         self.best: float | None = None
         self.order = _grid_order(space.size, seed)
 
@@ -289,32 +359,59 @@ class _Session:
                 hint="resume it with a sampler of the same kind, or use a new study name",
             )
 
-    def recover(self) -> None:
-        """Requeue and fail the trials that a dead process left RUNNING."""
-        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+    def sync(self) -> None:
+        """Bring this call's view up to date with the storage, before every round of proposals: fail and
+        requeue the trials whose worker is gone (``recover``), then read every evaluation of the study
+        (whoever made it) and the configurations other workers are evaluating now."""
+        fail_stale_trials(self.study)  # heartbeats: Optuna fails the silent ones, its callback requeues them
+        trials = self.study.get_trials(deepcopy=False)
+        self.recover(trials)
+        self.seen.clear()
+        self.in_flight.clear()
+        self.evaluated = self.failed = 0
+        self.best = None
+        for trial in trials:
+            if trial.state == TrialState.RUNNING and trial.number not in self.mine:
+                if CONFIG_ID in trial.user_attrs and trial.number not in self.recovered:
+                    self.in_flight.setdefault(trial.user_attrs[CONFIG_ID], trial.number)
+                continue
+            record = _record(trial)
+            if record is not None and record.config_id not in self.seen:  # the first evaluation counts
+                self.seen[record.config_id] = record
+                self._count(record)
+
+    def recover(self, trials: Sequence[FrozenTrial]) -> None:
+        """Requeue and fail the RUNNING trials that a dead process left behind: its owner is a dead
+        process on this host (or this process, from an earlier call), or it has no owner and started
+        more than a grace period ago. A worker on another host is never judged here: its heartbeat is
+        (``sync``)."""
+        for trial in trials:
+            if (
+                trial.state != TrialState.RUNNING
+                or trial.number in self.mine
+                or trial.number in self.recovered
+            ):
+                continue
             owner = trial.user_attrs.get(OWNER)
-            if owner is not None and owner != self.owner and _is_alive(owner):
-                if CONFIG_ID in trial.user_attrs:
-                    self.in_flight[trial.user_attrs[CONFIG_ID]] = trial.number
+            if owner is None:
+                started = trial.datetime_start
+                young = started is not None and (_now(started) - started).total_seconds() < self.grace_s
+                if young:  # just asked by a worker that has not named itself yet
+                    continue
+            elif owner != self.owner and _is_alive(owner):
                 continue
             if set(trial.params) == set(self.space.names):  # else it died before its config was chosen
                 self.study.enqueue_trial(
                     dict(trial.params), user_attrs=_requeued(trial.number, trial.user_attrs)
                 )
             trial_id = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
-            self.storage.set_trial_user_attr(trial_id, STATUS, "interrupted")
-            self.storage.set_trial_user_attr(
-                trial_id, DETAIL, "interrupted: the process evaluating it stopped before it finished"
-            )
+            self.recovered.add(trial.number)
             with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):  # failed by another
+                self.storage.set_trial_user_attr(trial_id, STATUS, "interrupted")
+                self.storage.set_trial_user_attr(
+                    trial_id, DETAIL, "interrupted: the process evaluating it stopped before it finished"
+                )
                 self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
-
-    def load_seen(self) -> None:
-        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
-            record = _record(trial)
-            if record is not None:
-                self.seen.setdefault(record.config_id, record)
-                self._count(record)
 
     def seed(self, first: Sequence[Config], trials: int | None) -> int:
         """Enqueue ``first`` (at most ``trials`` of them) when the study has no trial at all; returns how
@@ -334,74 +431,148 @@ class _Session:
         return len(queued)
 
     def loop(self, objective: Objective, trials: int | None, time_budget_s: float | None, show: _Show) -> str:
-        """Evaluate until a budget is spent or the space is exhausted; returns why it stopped."""
+        """Evaluate until a budget is spent or the space is exhausted; returns why it stopped. With one
+        worker the batch's proposals are evaluated here, one by one, in order; with several they run in
+        as many threads, and a new round of proposals is asked as soon as a worker is free. Other
+        workers' evaluations of the study (other processes or hosts) count towards the budget, and so do
+        the trials they are running, until they finish or are retried."""
         started = time.monotonic()
-        batch = batch_size_of(objective)
-        while True:
-            show(self.evaluated, self.best, self.failed)
-            if trials is not None and self.evaluated >= trials:
-                return "trial budget"
-            if time_budget_s is not None and time.monotonic() - started >= time_budget_s:
-                return "time budget"
-            wanted = batch if trials is None else min(batch, trials - self.evaluated)
-            proposals: list[tuple[Trial, Config, str]] = []
-            exhausted = False
-            for _ in range(wanted):
-                if (self.grid or self.idle >= MAX_IDLE_PROPOSALS) and not self._waiting():
-                    point = self._next_unseen({identifier for _, _, identifier in proposals})
-                    if point is None:
-                        exhausted = True
-                        break
-                    self.study.enqueue_trial(_encode(self.space, self.encoding, point))
-                proposal = self._propose(self.study.ask(self.distributions))
-                if proposal is not None:
-                    proposals.append(proposal)
-            if not proposals:
-                if exhausted:
-                    return "space exhausted"
-                continue  # every proposal was rejected or a duplicate: ask again
-            if batch > 1:
-                unique = list({identifier: config for _, config, identifier in proposals}.values())
-                objective.prefetch(unique)  # type: ignore[attr-defined]  # batch_size_of checked it
-            for trial, config, identifier in proposals:
-                if identifier in self.seen:  # proposed twice in this batch: the first one's result
-                    self._duplicate(trial, identifier)
-                else:
-                    self._evaluate(trial, config, identifier, objective)
-
-    def _propose(self, trial: Trial) -> tuple[Trial, Config, str] | None:
-        """A proposal to evaluate, or None when it was closed here: it breaks a constraint, or its
-        configuration was evaluated before (or is being evaluated by another process)."""
-        trial.set_user_attr(OWNER, self.owner)
-        config = _decode(self.space, self.encoding, trial.params)
-        identifier = config_id(config)
-        trial.set_user_attr(CONFIG_ID, identifier)
-        trial.set_user_attr(CONFIG, config)
-        reason = self.space.rejection(config)
-        if reason is not None:
-            self.idle += 1
-            self._close(trial, TrialState.PRUNED, "rejected", reason)
-            return None
-        if identifier in self.seen or identifier in self.in_flight:
-            self.idle += 1
-            self._duplicate(trial, identifier)
-            return None
-        self.idle = 0
-        return trial, config, identifier
-
-    def _evaluate(self, trial: Trial, config: Config, identifier: str, objective: Objective) -> None:
-        started = time.monotonic()
+        self.budget = trials
+        batch, workers = batch_size_of(objective), workers_of(objective)
+        threads = ThreadPoolExecutor(workers, thread_name_prefix="kopt-trial") if workers > 1 else None
+        running: dict[Future[TrialOutcome], _Proposal] = {}
         try:
-            outcome = objective(config)
-            if not isinstance(outcome, TrialOutcome):
-                raise TypeError(f"the objective returned {type(outcome).__name__}, not a TrialOutcome")
-        except BaseException as exc:  # a bug or Ctrl-C: the configuration was not judged, so retry it
-            self.study.enqueue_trial(dict(trial.params), user_attrs=_requeued(trial.number, trial.user_attrs))
-            detail = f"interrupted: the objective raised {type(exc).__name__}: {exc}"
-            self._close(trial, TrialState.FAIL, "interrupted", detail)
+            while True:
+                self.sync()
+                show(self.evaluated, self.best, self.failed)
+                timed_out = time_budget_s is not None and time.monotonic() - started >= time_budget_s
+                # other workers' trials in flight: waited for while they beat (they finish, or fall silent
+                # and are retried), never longer than twice the grace period without news from them
+                elsewhere = self._watched(set(self.in_flight.values()))
+                room = None if trials is None else trials - self.evaluated - len(elsewhere) - len(running)
+                if not running:
+                    if trials is not None and self.evaluated >= trials:
+                        return "trial budget"
+                    if timed_out:
+                        return "time budget"
+                exhausted = False
+                if not timed_out and (room is None or room > 0) and len(running) < workers:
+                    wanted = max(batch, workers - len(running))
+                    proposals, exhausted = self._gather(wanted if room is None else min(wanted, room))
+                    if proposals:
+                        self._start(proposals, objective, batch, threads, running)
+                        continue
+                    if not exhausted:
+                        continue  # every proposal was rejected or a duplicate: ask again
+                    if not running and not elsewhere:
+                        return "space exhausted"
+                if running:
+                    done, _ = wait(running, timeout=self.poll_s, return_when=FIRST_COMPLETED)
+                    for future in sorted(done, key=lambda f: running[f].trial.number):
+                        self._finish(running.pop(future), future)
+                elif elsewhere:  # the budget waits on other workers' trials
+                    time.sleep(self.poll_s)
+                else:
+                    return "space exhausted" if exhausted else "trial budget"
+        except BaseException:
+            for proposal in running.values():  # not judged: requeue them (the objective's threads end
+                self._interrupted(proposal, "the search was interrupted")  # with the pool's workers)
             raise
-        seconds = time.monotonic() - started
+        finally:
+            if threads is not None:
+                threads.shutdown(wait=False, cancel_futures=True)
+
+    def _watched(self, others: set[int]) -> set[int]:
+        """The other workers' trials in flight that this call waits for: all of them while the storage
+        has heartbeats and something changed in the last two grace periods (a trial finished, or
+        another started), none once they have stood still that long or the storage cannot tell a live
+        worker from a dead one (no heartbeats)."""
+        if not self.beat.interval or not others:
+            return set()
+        news = (self.evaluated, frozenset(others))
+        if news != self.news:
+            self.news, self.news_at = news, time.monotonic()
+        return others if time.monotonic() - self.news_at < 2 * self.grace_s else set()
+
+    def _gather(self, wanted: int) -> tuple[list[_Proposal], bool]:
+        """Up to ``wanted`` proposals to evaluate, and whether the space ran out of unseen valid points."""
+        proposals: list[_Proposal] = []
+        self.full = False
+        for _ in range(wanted):
+            if (self.grid or self.idle >= MAX_IDLE_PROPOSALS) and not self._waiting():
+                point = self._next_unseen({p.identifier for p in proposals})
+                if point is None:
+                    return proposals, True
+                self.study.enqueue_trial(_encode(self.space, self.encoding, point))
+            proposal = self._propose(self.study.ask(self.distributions))
+            if proposal is not None:
+                proposals.append(proposal)
+            elif self.full:  # other workers took the budget's last evaluations: ask no more this round
+                break
+        return proposals, False
+
+    def _start(
+        self,
+        proposals: list[_Proposal],
+        objective: Objective,
+        batch: int,
+        threads: ThreadPoolExecutor | None,
+        running: dict[Future[TrialOutcome], _Proposal],
+    ) -> None:
+        """Build the round's proposals together (a batch objective's ``prefetch``), then evaluate each:
+        here and now with one worker, in a thread with several. A configuration proposed twice is
+        evaluated once; the second proposal is its duplicate once the first is told."""
+        if batch > 1:
+            unique = list({p.identifier: p.config for p in proposals}.values())
+            objective.prefetch(unique)  # type: ignore[attr-defined]  # batch_size_of checked it
+        for proposal in proposals:
+            if proposal.identifier in self.seen:
+                self._duplicate(proposal.trial, proposal.identifier)
+            elif proposal.identifier in self.pending:
+                self.echoes.setdefault(proposal.identifier, []).append(proposal.trial)
+            elif threads is None:
+                self._evaluate(proposal, objective)
+            else:
+                self.pending[proposal.identifier] = proposal.trial.number
+                proposal.started = time.monotonic()
+                running[threads.submit(objective, proposal.config)] = proposal
+
+    def _evaluate(self, proposal: _Proposal, objective: Objective) -> None:
+        proposal.started = time.monotonic()
+        self.pending[proposal.identifier] = proposal.trial.number
+        try:
+            outcome = objective(proposal.config)
+        except BaseException as exc:  # a bug or Ctrl-C: the configuration was not judged, so retry it
+            self._interrupted(proposal, f"the objective raised {type(exc).__name__}: {exc}")
+            raise
+        self._told(proposal, outcome)
+
+    def _finish(self, proposal: _Proposal, future: Future[TrialOutcome]) -> None:
+        """Tell a proposal a thread evaluated; an objective that raised is requeued and re-raised."""
+        try:
+            outcome = future.result()
+        except BaseException as exc:
+            self._interrupted(proposal, f"the objective raised {type(exc).__name__}: {exc}")
+            raise
+        self._told(proposal, outcome)
+
+    def _interrupted(self, proposal: _Proposal, why: str) -> None:
+        trial = proposal.trial
+        self.pending.pop(proposal.identifier, None)
+        self.study.enqueue_trial(dict(trial.params), user_attrs=_requeued(trial.number, trial.user_attrs))
+        self._close(trial, TrialState.FAIL, "interrupted", f"interrupted: {why}")
+        for echo in self.echoes.pop(proposal.identifier, []):
+            self._close(echo, TrialState.PRUNED, "duplicate", f"same configuration as trial {trial.number}")
+
+    def _told(self, proposal: _Proposal, outcome: TrialOutcome) -> None:
+        trial, config, identifier = proposal.trial, proposal.config, proposal.identifier
+        if not isinstance(outcome, TrialOutcome):
+            self._interrupted(proposal, f"the objective returned {type(outcome).__name__}")
+            raise TypeError(f"the objective returned {type(outcome).__name__}, not a TrialOutcome")
+        seconds = time.monotonic() - proposal.started
         trial.set_user_attr(SECONDS, seconds)
+        if outcome.worker:
+            trial.set_user_attr(WORKER, outcome.worker)
         if outcome.status == "ok":
             self._close(trial, TrialState.COMPLETE, "ok", outcome.detail, value=outcome.value_ms)
         else:
@@ -415,17 +586,109 @@ class _Session:
             outcome.detail,
             seconds,
             seeded=str(trial.user_attrs.get(SEEDED, "")),
+            worker=outcome.worker,
         )
-        self.seen[identifier] = record
+        self.pending.pop(identifier, None)
+        if identifier not in self.seen:  # another worker may have told the same configuration first
+            self.seen[identifier] = record
+            self._count(record)
         self.evaluated_now += 1
-        self._count(record)
+        for echo in self.echoes.pop(identifier, []):
+            self._duplicate(echo, identifier)
+
+    def _propose(self, trial: Trial) -> _Proposal | None:
+        """A proposal to evaluate, or None when it was closed here: it breaks a constraint, or its
+        configuration was evaluated before (or is being evaluated by another worker)."""
+        trial.set_user_attr(OWNER, self.owner)
+        self.mine.add(trial.number)
+        self.beat.add(trial._trial_id)
+        config = _decode(self.space, self.encoding, trial.params)
+        identifier = config_id(config)
+        trial.set_user_attr(CONFIG_ID, identifier)
+        trial.set_user_attr(CONFIG, config)
+        reason = self.space.rejection(config)
+        if reason is not None:
+            self.idle += 1
+            self._close(trial, TrialState.PRUNED, "rejected", reason)
+            return None
+        if identifier in self.seen or identifier in self.in_flight or self._race(trial, identifier):
+            if self.full:
+                self._surplus(trial)
+                return None
+            self.idle += 1
+            self._duplicate(trial, identifier)
+            return None
+        self.idle = 0
+        return _Proposal(trial, config, identifier)
+
+    def _race(self, trial: Trial, identifier: str) -> bool:
+        """Whether another worker took this proposal's configuration, or the budget's last evaluations,
+        since this call's ``sync`` (True: ``seen``/``in_flight`` now say which trial holds it, or
+        ``full`` is set). Trials are numbered in the order they were created, so of two workers asking
+        at once the earlier trial goes on and the later one yields: re-read from the storage, an
+        evaluation of the configuration or an earlier RUNNING trial of another worker holding it makes
+        this one its duplicate, and evaluations plus earlier RUNNING trials filling the budget make it
+        surplus. An earlier trial whose parameters are still being sampled is waited for, up to
+        ``RACE_WAIT_S`` (one older than that is no ask in progress but a worker that died in one)."""
+        deadline = time.monotonic() + RACE_WAIT_S
+        while True:
+            taken: set[str] = set()  # configurations evaluated, or held by an earlier RUNNING trial
+            unsure = False
+            for other in self.study.get_trials(deepcopy=False):
+                if other.number == trial.number or other.number in self.recovered:
+                    continue
+                if other.state != TrialState.RUNNING:
+                    record = _record(other)
+                    if record is None:
+                        continue
+                    if record.config_id == identifier:
+                        if identifier not in self.seen:
+                            self.seen[identifier] = record
+                            self._count(record)
+                        return True
+                    taken.add(record.config_id)
+                    continue
+                if other.number > trial.number:
+                    continue
+                held = self._held(other)
+                if held is None:
+                    started = other.datetime_start  # an old one is no ask in progress: its worker died
+                    unsure = unsure or (started is not None and _age_s(started) < RACE_WAIT_S)
+                elif held == identifier and other.number not in self.mine:  # this call's own: an echo
+                    self.in_flight.setdefault(identifier, other.number)
+                    return True
+                else:
+                    taken.add(held)
+            if unsure and time.monotonic() < deadline:
+                time.sleep(0.02)
+                continue
+            if self.budget is not None and identifier not in taken and len(taken) >= self.budget:
+                self.full = True
+                return True
+            return False
+
+    def _held(self, trial: FrozenTrial) -> str | None:
+        """The configuration id a RUNNING trial holds: its ``kopt_config_id``, else its parameters' once
+        they are all sampled; None before that."""
+        if CONFIG_ID in trial.user_attrs:
+            return str(trial.user_attrs[CONFIG_ID])
+        if set(trial.params) != set(self.space.names):
+            return None
+        return config_id(_decode(self.space, self.encoding, trial.params))
+
+    def _surplus(self, trial: Trial) -> None:
+        """Close a proposal the budget has no room for (``_race``): its parameters are enqueued again,
+        so a resume with a larger budget (or a worker whose earlier trial dies) still evaluates them."""
+        self.study.enqueue_trial(dict(trial.params), user_attrs=_requeued(trial.number, trial.user_attrs))
+        detail = "surplus: other workers' trials took the rest of the trial budget at the same time"
+        self._close(trial, TrialState.FAIL, "surplus", detail)
 
     def _duplicate(self, trial: Trial, identifier: str) -> None:
         earlier = self.seen.get(identifier)
         if earlier is None:
             number = self.in_flight[identifier]
             trial.set_user_attr(DUPLICATE_OF, number)
-            detail = f"same configuration as trial {number}, being evaluated by another process"
+            detail = f"same configuration as trial {number}, being evaluated by another worker"
             self._close(trial, TrialState.PRUNED, "duplicate", detail)
             return
         trial.set_user_attr(DUPLICATE_OF, earlier.number)
@@ -442,6 +705,8 @@ class _Session:
         trial.set_user_attr(STATUS, status)
         trial.set_user_attr(DETAIL, detail)
         self.study.tell(trial, value if state == TrialState.COMPLETE else None, state=state)
+        self.beat.remove(trial._trial_id)
+        self.mine.discard(trial.number)
 
     def _count(self, record: TrialRecord) -> None:
         self.evaluated += 1
@@ -489,6 +754,7 @@ def _record(trial: FrozenTrial) -> TrialRecord | None:
         detail=attrs.get(DETAIL, ""),
         seconds=float(attrs.get(SECONDS, 0.0)),
         seeded=str(attrs.get(SEEDED, "")),
+        worker=str(attrs.get(WORKER, "")),
     )
 
 
@@ -503,13 +769,24 @@ def _result_of(
 ) -> StudyResult:
     trials = study.get_trials(deepcopy=False)
     statuses = Counter(t.user_attrs.get(STATUS) for t in trials)
+    # a trial Optuna failed for its silent heartbeat has no status of kopt's: its worker was gone
+    stale = sum(1 for t in trials if t.state == TrialState.FAIL and STATUS not in t.user_attrs)
+    records: dict[str, TrialRecord] = {}
+    repeats = 0
+    for record in map(_record, trials):  # two workers racing on one configuration: the first counts
+        if record is None:
+            continue
+        if record.config_id in records:
+            repeats += 1
+        else:
+            records[record.config_id] = record
     return StudyResult(
         study_name=study.study_name,
         sampler=sampler,
-        trials=tuple(r for r in map(_record, trials) if r is not None),
+        trials=tuple(records.values()),
         rejected=statuses["rejected"],
-        duplicates=statuses["duplicate"],
-        interrupted=statuses["interrupted"],
+        duplicates=statuses["duplicate"] + repeats,
+        interrupted=statuses["interrupted"] + stale,
         stop_reason=stop_reason,
         elapsed_s=elapsed_s,
         evaluated_now=evaluated_now,
@@ -541,16 +818,102 @@ def _make_sampler(name: str, seed: int) -> tuple[BaseSampler, Encoding]:
     raise ConfigError(f"unknown sampler {name!r}", hint=f"use one of: {', '.join(SAMPLERS)}")
 
 
-def _open_storage(storage: str | BaseStorage) -> BaseStorage:
+def _open_storage(storage: str | BaseStorage, heartbeat_s: int = HEARTBEAT_S) -> BaseStorage:
+    """An Optuna RDB storage for ``storage`` (any SQLAlchemy URL Optuna takes: sqlite, PostgreSQL, MySQL),
+    with heartbeats every ``heartbeat_s`` seconds and a trial silent for ``GRACE_BEATS`` of them failed
+    and retried by Optuna's retry callback (``RetryHeartbeatStaleTrialCallback``: the same parameters
+    enqueued again, with the failed trial's number in its system attributes)."""
     if not isinstance(storage, str):
         return storage
+    retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)
+    heartbeat: dict[str, Any] = {"heartbeat_interval": heartbeat_s, "grace_period": GRACE_BEATS * heartbeat_s}
+    if retry is not None:  # Optuna 4.9 renamed the callback and its argument
+        heartbeat["heartbeat_stale_trial_callback"] = retry()
+    else:
+        heartbeat["failed_trial_callback"] = optuna.storages.RetryFailedTrialCallback()
     try:
-        return optuna.storages.RDBStorage(storage)
+        return optuna.storages.RDBStorage(_with_driver(storage), **heartbeat)
     except (ValueError, ImportError, sqlalchemy.exc.SQLAlchemyError) as exc:
         raise ConfigError(
-            f"cannot open the study storage {storage!r}: {exc}",
-            hint="give an Optuna RDB URL, e.g. sqlite:///run/search.db (its folder must exist)",
+            f"cannot open the study storage {_shown(storage)!r}: {first_error_line(str(exc))}",
+            hint="give an Optuna RDB URL, e.g. sqlite:///run/search.db (its folder must exist) or "
+            "postgresql://user@host/db (pip install psycopg2-binary; the server must be reachable)",
         ) from None
+
+
+def _with_driver(url: str) -> str:
+    """``url`` with psycopg2 named as its driver where it names none (``postgresql://``) and psycopg2 is
+    installed (kopt-core's ``postgres`` extra): SQLAlchemy's default driver for such a URL is psycopg2
+    up to 2.0 but psycopg (3) from 2.1, so the same URL works whichever SQLAlchemy is installed."""
+    plain = "postgresql://"
+    if url.startswith(plain) and importlib.util.find_spec("psycopg2") is not None:
+        return "postgresql+psycopg2://" + url[len(plain) :]
+    return url
+
+
+def _shown(storage: str | BaseStorage) -> str:
+    """A storage as messages show it: a URL without its password."""
+    if not isinstance(storage, str):
+        return type(storage).__name__
+    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", storage)
+
+
+def _heartbeat_interval(storage: BaseStorage) -> int | None:
+    interval = getattr(storage, "get_heartbeat_interval", None)
+    return interval() if callable(interval) else None
+
+
+def _now(started: datetime) -> datetime:
+    """Now, in the time zone of Optuna's ``datetime_start`` (naive local time, or aware)."""
+    return datetime.now(started.tzinfo)
+
+
+def _age_s(started: datetime) -> float:
+    """Seconds since ``started`` (Optuna's ``datetime_start``)."""
+    return (_now(started) - started).total_seconds()
+
+
+class _Heartbeat:
+    """Tells the storage every ``interval`` seconds, from a thread, that the trials this call is
+    evaluating are alive, so that a worker elsewhere does not retry them (Optuna's heartbeat). A storage
+    without heartbeats (a BaseStorage given by a caller, say) gets none."""
+
+    def __init__(self, storage: BaseStorage, interval: int) -> None:
+        self.storage = storage
+        self.interval = interval if interval > 0 and _heartbeat_interval(storage) else 0
+        self.ids: set[int] = set()
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def add(self, trial_id: int) -> None:
+        if self.interval:
+            self.storage.record_heartbeat(trial_id)  # type: ignore[attr-defined]  # RDBStorage's
+            with self.lock:
+                self.ids.add(trial_id)
+
+    def remove(self, trial_id: int) -> None:
+        with self.lock:
+            self.ids.discard(trial_id)
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.interval):
+            with self.lock:
+                ids = sorted(self.ids)
+            for trial_id in ids:
+                with contextlib.suppress(Exception):  # a storage hiccup: the next beat tries again
+                    self.storage.record_heartbeat(trial_id)  # type: ignore[attr-defined]
+
+    def __enter__(self) -> _Heartbeat:
+        if self.interval:
+            self.thread = threading.Thread(target=self._run, name="kopt-heartbeat", daemon=True)
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join()
 
 
 def _distributions(space: Space, encoding: Encoding) -> dict[str, BaseDistribution]:
@@ -646,6 +1009,8 @@ def _quiet_optuna() -> Iterator[None]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            # kopt asks and tells, and beats for its trials itself (_Heartbeat)
+            warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used", UserWarning)
             yield
     finally:
         optuna.logging.set_verbosity(previous)

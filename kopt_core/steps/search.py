@@ -36,7 +36,7 @@ import hashlib
 import json
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -48,6 +48,7 @@ from attrs import frozen
 from kopt_core import progress as display
 from kopt_core.backends import BackendRegistry, backend_hooks
 from kopt_core.bench.executor import shared_executor
+from kopt_core.bench.pool import RANKING, Leases, SingleWorkerPool, WorkerPool
 from kopt_core.errors import ConfigError, HardwareError
 from kopt_core.hardware import detect_gpus
 from kopt_core.jsonio import write_json
@@ -63,7 +64,7 @@ from kopt_core.records.search import (
     TrialRecord,
 )
 from kopt_core.records.versions import BEST_SCHEMA_VERSION
-from kopt_core.search.promotion import first_error_line, judge
+from kopt_core.search.promotion import fastest_passing, first_error_line, judge
 from kopt_core.search.space import SPACE_HINT
 from kopt_core.search.variants import DeclaredSpace, config_id
 from kopt_core.steps.bench import BENCH_FILE, check_candidate, static_contract, target_arch
@@ -184,13 +185,21 @@ class SearchOutcome:
     trials_json: Path
     best_json: Path | None = None
     best_file: Path | None = None
+    executor: str = "local"
+    slots: tuple[str, ...] = ()  # the pool's workers; slots[0] ranked
+    # the leaders timed again on the ranking worker, fastest first, when several workers timed the trials
+    ranking: tuple[TrialRecord, ...] = ()
 
     @property
     def best(self) -> TrialRecord | None:
-        found = self.result.best(1)
+        found = self.top(1)
         return found[0] if found else None
 
     def top(self, k: int = TOP) -> tuple[TrialRecord, ...]:
+        """The fastest passing configurations: by the ranking worker's times when several workers timed
+        the study (``ranking``), else by the study's own."""
+        if self.ranking:
+            return fastest_passing(self.ranking, k)
         return self.result.best(k)
 
     def variant(self, record: TrialRecord) -> Path:
@@ -220,6 +229,9 @@ class SearchOutcome:
             "interrupted": result.interrupted,
             "elapsed_s": result.elapsed_s,
             "trials_per_minute": result.trials_per_minute,
+            "executor": self.executor,
+            "workers": list(self.slots),
+            "ranked_on": self.slots[0] if self.ranking else None,
             "best": None if self.best is None else _row(self.best, self.labels, self.variant(self.best)),
             "top": [_row(record, self.labels, self.variant(record)) for record in self.top()],
             "best_file": None if self.best_file is None else str(self.best_file),
@@ -238,6 +250,7 @@ def _row(record: TrialRecord, labels: Mapping[str, str], variant: Path) -> dict[
         "label": labels.get(record.config_id, ""),
         "variant": str(variant),
         "seeded": record.seeded,
+        "worker": record.worker,
     }
 
 
@@ -248,9 +261,11 @@ ExecutorFactory = Callable[[], AbstractContextManager[Any]]
 
 
 class _Objective:
-    """One trial: write, check, build, then check and time in the study's one worker. With a
+    """One trial: write, check, build, then check and time on a free worker of the study's pool. With a
     ``batch_size`` above 1 the engine hands it a batch of proposals first (``prefetch``): their variants
-    are written, checked and built together in the compile pool, then each is timed alone as before."""
+    are written, checked and built together (the compile pool, or where the pool builds), then each is
+    timed alone as before. With several workers (``workers``) the engine calls it from that many threads,
+    each trial taking whichever worker is free; the outcome names the worker's slot."""
 
     def __init__(
         self,
@@ -264,20 +279,22 @@ class _Objective:
         dims: dict[str, Any],
         out_dir: Path,
         options: BenchOptions,
-        runner: Any,
+        pool: WorkerPool,
         build_root: Path,
         plan: CompilePlan | None = None,
     ):
         self.pm, self.source, self.backend, self.arch = pm, source, backend, arch
         self.reference_path, self.reference, self.dims = reference_path, reference, dims
-        self.out_dir, self.options, self.runner, self.build_root = out_dir, options, runner, build_root
+        self.out_dir, self.options, self.pool, self.build_root = out_dir, options, pool, build_root
         self.plan = plan or CompilePlan(1, "one trial at a time")
         self.batch_size = self.plan.workers
+        self.leases = Leases(pool)
+        self.workers = len(self.leases)
         self.ready: dict[str, TrialOutcome | Any] = {}  # config id -> its failure, or its BuildOutcome
 
     def prefetch(self, configs: list[Config]) -> None:
-        """Write, check and build ``configs`` at once (the compile pool, ``plan``'s workers); ``__call__``
-        then times each without building it again."""
+        """Write, check and build ``configs`` at once (the compile pool, ``plan``'s workers, or the pool's
+        own builds); ``__call__`` then times each without building it again."""
         jobs = []
         for config in configs:
             identifier = config_id(config)
@@ -287,9 +304,14 @@ class _Objective:
             else:
                 jobs.append(BuildJob(key=identifier, candidate=candidate))
         if jobs:
-            builds = build_all(
-                self.pm, jobs, toolchain=Toolchain(arch=self.arch), plan=self.plan, build_root=self.build_root
-            )
+            toolchain = Toolchain(arch=self.arch)
+
+            def local(batch: Sequence[BuildJob]) -> list[Any]:
+                return build_all(
+                    self.pm, batch, toolchain=toolchain, plan=self.plan, build_root=self.build_root
+                )
+
+            builds = self.pool.build_all(jobs, local, toolchain=toolchain, build_root=self.build_root)
             self.ready.update({job.key: build for job, build in zip(jobs, builds, strict=True)})
 
     def _checked(self, config: Config, identifier: str) -> tuple[TrialOutcome | None, Candidate]:
@@ -301,6 +323,11 @@ class _Objective:
             return TrialOutcome("failed", detail=f"contract: {first_error_line(exc.message)}"), candidate
         return None, candidate
 
+    def request(self, artifact: Any) -> BenchRequest:
+        return BenchRequest(
+            artifact=artifact, reference=self.reference_path, dims=self.dims, options=self.options
+        )
+
     def __call__(self, config: Config) -> TrialOutcome:
         identifier = config_id(config)
         if identifier not in self.ready:  # not prefetched: the engine asks one at a time
@@ -310,12 +337,45 @@ class _Objective:
             return build
         if not build.compile_pass or build.artifact is None:
             return TrialOutcome("failed", detail=f"compile: {first_error_line(build.error)}")
-        request = BenchRequest(
-            artifact=build.artifact, reference=self.reference_path, dims=self.dims, options=self.options
-        )
-        result = self.runner.bench(request)
+        with self.leases.take() as (index, worker):
+            result = worker.bench(self.request(build.artifact))
         write_json(self.out_dir / TRIALS_DIR / identifier / BENCH_FILE, to_data(result))
-        return judge(result)
+        return attrs.evolve(judge(result), worker=self.pool.slots[index])
+
+
+# --- ranking on one worker -----------------------------------------------------------------------------
+
+
+def _ranked(objective: _Objective, result: StudyResult) -> tuple[TrialRecord, ...]:
+    """The leaders of a study that several workers timed, timed again one by one on the pool's ranking
+    worker: the ``TOP`` fastest, and each worker's own fastest (a slower GPU's best may beat another's
+    fifth). Each comes back as its trial's record with the ranking worker's time (or its failure there)."""
+    leaders = {record.config_id: record for record in result.best(TOP)}
+    for record in result.best(len(result.trials)):
+        if record.worker not in {leader.worker for leader in leaders.values()}:
+            leaders.setdefault(record.config_id, record)
+    objective.prefetch([dict(record.config) for record in leaders.values()])
+    slot = objective.pool.slots[RANKING]
+    ranked = []
+    with display.step(f"timing the {len(leaders)} leading configurations again on {slot}"):
+        for identifier, record in leaders.items():
+            build = objective.ready.pop(identifier)
+            if isinstance(build, TrialOutcome):
+                outcome = build
+            elif not build.compile_pass or build.artifact is None:
+                outcome = TrialOutcome("failed", detail=f"compile: {first_error_line(build.error)}")
+            else:
+                outcome = judge(objective.pool.worker(RANKING).bench(objective.request(build.artifact)))
+            ranked.append(
+                attrs.evolve(
+                    record,
+                    status=outcome.status,
+                    value_ms=outcome.value_ms,
+                    detail=outcome.detail,
+                    worker=slot,
+                )
+            )
+    return tuple(ranked)
 
 
 # --- the search ---------------------------------------------------------------------------------------
@@ -340,12 +400,18 @@ def search_kernel(
     executor: ExecutorFactory | None = None,
     on_warning: Callable[[str], None] | None = None,
     compile_jobs: str | int = "auto",
+    pool: WorkerPool | None = None,
+    join: bool = False,
 ) -> SearchOutcome:
     """Search ``kernel``'s declared space (or ``space``) for the fastest configuration that passes every
     check against ``ref`` at ``dims``; see the module docstring. ``trials`` is the study's budget in
     total, across resumes; ``time_budget_s`` this call's. ``options`` defaults to the loop's
     (``kopt_core.records.bench.LOOP_OPTIONS``), ``executor`` to the process's shared worker
-    (``shared_executor``: one for the whole study and the steps after it).
+    (``shared_executor``: one for the whole study and the steps after it). ``pool`` (an executor's
+    pool of workers, not entered: ``kopt_core.execute.base.open_pool``) spreads the trials over its
+    workers instead, and then names the best by timing the leading configurations again on its ranking
+    worker alone (``RANKED``). ``join``: add this call as one more worker of a study that exists already
+    in ``storage`` (another process or host started it).
     ``compile_jobs`` (``auto`` or N, as ``kopt explore --compile-jobs``) sizes the batches: that many
     proposals are built at once in the compile pool, then timed one by one.
     Raises ConfigError (exit 4) for a kernel without a space or a bad kernel, reference, dims or budget,
@@ -381,12 +447,10 @@ def search_kernel(
     study_name = study_name_for(source, dims, ref, info.name)
     device_ok = not (info.needs_gpu and not gpus)
 
-    with (
-        (executor or shared_executor)() as runner,
-        tempfile.TemporaryDirectory(prefix="kopt-search-") as scratch,
-    ):
+    pool = pool if pool is not None else SingleWorkerPool(executor or shared_executor)
+    with pool, tempfile.TemporaryDirectory(prefix="kopt-search-") as scratch:
         if device_ok:
-            runner.start()  # Python, torch and a CUDA context take seconds: meanwhile the default builds
+            pool.start()  # Python, torch and a CUDA context take seconds: meanwhile the default builds
         with display.step(f"building {kernel.name} as given"):
             hooks.compile(candidate, Path(scratch) / "default", Toolchain(arch=arch))
         if not device_ok:
@@ -396,7 +460,7 @@ def search_kernel(
                 "GPU to check and time them"
             )
         out.mkdir(parents=True, exist_ok=True)
-        # 2. the study, every trial through the one worker
+        # 2. the study, the trials spread over the pool's workers
         objective = _Objective(
             pm,
             source,
@@ -407,7 +471,7 @@ def search_kernel(
             dims=dims,
             out_dir=out,
             options=options or LOOP_OPTIONS,
-            runner=runner,
+            pool=pool,
             build_root=Path(scratch) / "trials",
             plan=plan_compile_jobs(compile_jobs, [info]),
         )
@@ -422,6 +486,12 @@ def search_kernel(
             seed=seed,
             progress=progress,
             first=prior_points(source, prior_seed_count(trials)),
+            join=join,
+        )
+        # 2b. times from several workers are not compared: the leaders are timed again on one
+        slots = pool.slots
+        ranking = (
+            _ranked(objective, result) if len({t.worker for t in result.best(len(result.trials))}) > 1 else ()
         )
 
     # 3. the record
@@ -441,6 +511,9 @@ def search_kernel(
         labels=labels,
         trials_csv=trials_csv,
         trials_json=trials_json,
+        executor=pool.name,
+        slots=slots,
+        ranking=ranking,
     )
     best = outcome.best
     if best is None:
@@ -466,6 +539,8 @@ def search_kernel(
             "config": dict(best.config),
             "label": labels.get(best.config_id, ""),
             "median_ms": best.value_ms,
+            "timed_on": best.worker,
+            "ranked_on": outcome.slots[0] if outcome.ranking else None,
             "trial": best.number,
             "variant": str(variant),
             "file": str(best_file),

@@ -535,6 +535,7 @@ def test_results_are_written_as_csv_and_json(tmp_path):
         "detail": result.trials[0].detail,
         "seconds": result.trials[0].seconds,
         "seeded": "",
+        "worker": "",
     }
     assert load_study_result(storage, "w").trials == result.trials
 
@@ -694,5 +695,5 @@ def test_trials_files_say_which_trials_were_seeded(tmp_path):
     assert document["seeded"] == 2
     assert [t["seeded"] for t in document["trials"]] == ["prior", "prior", "", ""]
     rows = csv_path.read_text().splitlines()
-    assert rows[0].endswith(",config,seeded")
-    assert [row.rsplit(",", 1)[1] for row in rows[1:]] == ["prior", "prior", "", ""]
+    assert rows[0].endswith(",config,seeded,worker")
+    assert [row.rsplit(",", 2)[1] for row in rows[1:]] == ["prior", "prior", "", ""]
