@@ -30,16 +30,21 @@ def _emit_record(command: str, store, written, path, record) -> int:
 @STATE
 @ITER
 @_json_option("explore.json and the promotion's paired.json")
-def explore_cmd(state_path, iteration, as_json) -> int:
+@app.executor_options(
+    "Where branches are screened: local (one worker), gpus (one per GPU), ray, or a plugin's."
+)
+def explore_cmd(state_path, iteration, as_json, executor, executor_options) -> int:
     """Check, build (in a bounded pool) and time (serially, one worker) the iteration's branches; the
     fastest that passes everything is the champion, promoted over the best only on a paired win.
     Every branch failing stops the run (exit 2)."""
+    from kopt_core.execute.base import open_pool
     from kopt_core.run.explore import explore_iteration
     from kopt_core.run.layout import EXPLORE_FILE, PROMOTION_FILE, iteration_dir
 
     store = app.store(state_path)
     written = envelope.Written(store.run_dir)
-    record = explore_iteration(app.plugin_manager(), store, iteration)
+    pm = app.plugin_manager()
+    record = explore_iteration(pm, store, iteration, pool=open_pool(pm, executor, executor_options))
     folder = iteration_dir(store.run_dir, iteration)
     if as_json:
         return _emit_record("explore", store, written, folder / EXPLORE_FILE, record)

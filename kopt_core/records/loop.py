@@ -104,6 +104,10 @@ class BranchOutcome:
     cache_hit: bool = False  # the build came from the run's build cache (never a timing cache)
     bench_seconds: float | None = None  # wall time of its check and timing in the worker
     race_seconds: float | None = None  # wall time of its compute-sanitizer runs (None: none ran)
+    # the executor's slot that timed it (the ranking worker's; "" before executors), and with several
+    # workers the one that screened it first (its check and a first timing, never compared across slots)
+    timed_on: str = ""
+    screened_on: str = ""
 
     @property
     def failure(self) -> str:

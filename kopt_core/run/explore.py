@@ -3,7 +3,8 @@ only on a paired win (spec steps 3e-3f and the promotion rule of 3j).
 
 Scheduling lives here; how one candidate is run lives behind the executor seam
 (``kopt_core.bench.executor``): what to check, what to build (a bounded CPU pool), and in which order to
-run (serially, b1..bK, through one long-lived worker). Per branch, explore persists compile_pass,
+run (serially, b1..bK, through one long-lived worker; with an executor of several workers, a screen on
+all of them first, then the ranking on one: ``explore_iteration``). Per branch, explore persists compile_pass,
 contract_pass, correctness_pass, race_safe, timing_valid, the requested and realised shapes and a robust
 CV in ``iterv{i}/explore.json``; each branch's bench.json stays beside its kernel.
 
@@ -14,6 +15,7 @@ half-done is read as evidence: a branch's bench.json without explore.json is onl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import statistics
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from kopt_core import progress
 from kopt_core.bench.executor import PairedPlan, shared_executor
 from kopt_core.bench.paired import decide
+from kopt_core.bench.pool import RANKING, Leases, SingleWorkerPool, WorkerPool
 from kopt_core.errors import ConfigError, HardwareError, KoptError, ValidationError
 from kopt_core.jsonio import write_json
 from kopt_core.records import BenchOptions, BenchRequest, BenchResult, Candidate, to_data
@@ -73,13 +76,21 @@ def explore_iteration(
     executor: ExecutorFactory = shared_executor,
     options: BenchOptions = LOOP_OPTIONS,
     plan: PairedPlan | None = None,
+    pool: WorkerPool | None = None,
 ) -> ExploreRecord:
     """Explore iteration ``iteration``'s branches, then pair its champion against the current best.
     Every branch failing stops the run (exit 2), and so does the machine (exit 3). A candidates.json that
     does not validate is a ConfigError (exit 4) naming every problem, and stops nothing: it is read before
     anything is built or written, and the same call goes on once it is fixed. Running it again after it
-    finished changes nothing."""
-    with store.locked("explore"):
+    finished changes nothing.
+
+    ``pool`` (an executor's pool, ``kopt_core.execute.base.open_pool``; by default one worker,
+    ``executor``'s) may hold several workers: the branches are then screened on all of them at once (each
+    checked and timed on whichever worker is free), and those that pass are timed again, one by one, on
+    the pool's ranking worker, whose times alone rank them; the promotion pairing runs there too."""
+    pool = pool if pool is not None else SingleWorkerPool(executor)
+    with pool, store.locked("explore"):
+        ranking: ExecutorFactory = lambda: contextlib.nullcontext(pool.worker(RANKING))  # noqa: E731
         state = store.load()
         folder = open_folder(store, state, iteration, "explore")
         record_path = folder / EXPLORE_FILE
@@ -87,7 +98,7 @@ def explore_iteration(
             record = read_explore(record_path)
         else:
             try:
-                record = _explore(pm, state, folder, iteration, executor, options)
+                record = _explore(pm, state, folder, iteration, pool, options)
             except KoptError as error:
                 stop_on_failure(store, "explore", error, iteration=iteration)
             if record.champion is None:
@@ -117,7 +128,7 @@ def explore_iteration(
             state = store.update(frontier=(*state.frontier, *frontier), **status)
         if not (folder / PROMOTION_FILE).is_file():
             try:
-                comparison = promote(pm, state, folder, executor, plan or PairedPlan())
+                comparison = promote(pm, state, folder, ranking, plan or PairedPlan())
             except KoptError as error:
                 stop_on_failure(store, "promote", error, iteration=iteration)
             write_json(folder / PROMOTION_FILE, to_data(comparison))
@@ -130,65 +141,81 @@ def _explore(
     state: State,
     folder: Path,
     iteration: int,
-    executor: ExecutorFactory,
+    pool: WorkerPool,
     options: BenchOptions,
 ) -> ExploreRecord:
     info, methods, candidates = iteration_candidates(pm, state, folder, iteration)
     dims = dict(state.dims)
 
     # 1-2. the reference's import check, the static contract of each branch, then the builds in the
-    # bounded pool, before any timing; the worker starts meanwhile (Python, torch and a CUDA context take
-    # seconds), idle until 3. It finds the reference's check remembered (kopt_core.reference) when it
-    # first imports the reference, since no command reaches it before the check passed.
+    # bounded pool, before any timing; the workers start meanwhile (Python, torch and a CUDA context take
+    # seconds), idle until 3. A worker finds the reference's check remembered (kopt_core.reference) when
+    # it first imports the reference, since no command reaches it before the check passed.
     outcomes = {spec.id: _blank(spec.id, spec.file, dims) for spec in candidates.branches}
     seconds: dict[str, float] = {}
-    with executor() as runner:
-        runner.start()
-        ref = load_reference(state.ref_file)
-        started = time.perf_counter()
-        broken, builds, compile_plan = check_and_build(
-            pm,
-            state,
-            info,
-            ref,
-            {
-                spec.id: Candidate(path=str(folder / spec.file), backend=state.backend, name=spec.id)
-                for spec in candidates.branches
-            },
+    pool.start()
+    ref = load_reference(state.ref_file)
+    started = time.perf_counter()
+    broken, builds, compile_plan = check_and_build(
+        pm,
+        state,
+        info,
+        ref,
+        {
+            spec.id: Candidate(path=str(folder / spec.file), backend=state.backend, name=spec.id)
+            for spec in candidates.branches
+        },
+    )
+    seconds["build"] = round(time.perf_counter() - started, 3)
+    for branch_id, problem in broken.items():
+        outcomes[branch_id].update(error=problem, error_stage="contract")
+    artifacts = {}
+    for build in builds:
+        outcome = outcomes[build.key]
+        outcome["contract_pass"] = True
+        outcome.update(
+            compile_pass=build.compile_pass, build_seconds=build.seconds, cache_hit=build.cache_hit
         )
-        seconds["build"] = round(time.perf_counter() - started, 3)
-        for branch_id, problem in broken.items():
-            outcomes[branch_id].update(error=problem, error_stage="contract")
-        artifacts = {}
-        for build in builds:
-            outcome = outcomes[build.key]
-            outcome["contract_pass"] = True
-            outcome.update(
-                compile_pass=build.compile_pass, build_seconds=build.seconds, cache_hit=build.cache_hit
-            )
-            if build.compile_pass and build.artifact is not None:
-                artifacts[build.key] = build.artifact
-            else:
-                outcome.update(error=build.error, error_stage="compile")
+        if build.compile_pass and build.artifact is not None:
+            artifacts[build.key] = build.artifact
+        else:
+            outcome.update(error=build.error, error_stage="compile")
+    if artifacts:
+        _require_device(info)
 
-        # 3. serially, b1..bK, through the one worker
-        if artifacts:
-            _require_device(info)
+    def request(branch_id: str) -> BenchRequest:
+        return BenchRequest(
+            artifact=artifacts[branch_id], reference=str(state.ref_file), dims=dims, options=options
+        )
+
+    # 3a. with several workers, a screen on all of them at once: a branch that fails its check or its
+    # timing there is done; those that pass go on to 3b. Times from the screen rank nothing.
+    order = [spec for spec in candidates.branches if spec.id in artifacts]
+    if len(pool.slots) > 1 and len(order) > 1:
         started = time.perf_counter()
-        for spec in candidates.branches:
-            if spec.id not in artifacts:
-                continue
-            request = BenchRequest(
-                artifact=artifacts[spec.id], reference=str(state.ref_file), dims=dims, options=options
-            )
-            one = time.perf_counter()
-            with progress.step(f"checking and timing {spec.id} ({len(artifacts)} built)"):
-                result = runner.bench(request)
-            bench_path = folder / Path(spec.file).parent / BENCH_FILE
-            write_json(bench_path, to_data(result))
-            outcomes[spec.id].update(_bench_fields(result, folder, bench_path))
-            outcomes[spec.id]["bench_seconds"] = round(time.perf_counter() - one, 3)
-        seconds["bench"] = round(time.perf_counter() - started, 3)
+        screened = _screen(pool, [(spec.id, request(spec.id)) for spec in order])
+        seconds["screen"] = round(time.perf_counter() - started, 3)
+        for spec in order:
+            slot, result = screened[spec.id]
+            outcomes[spec.id]["screened_on"] = slot
+            if not _screen_passed(result):
+                bench_path = folder / Path(spec.file).parent / BENCH_FILE
+                write_json(bench_path, to_data(result))
+                outcomes[spec.id].update(_bench_fields(result, folder, bench_path), timed_on=slot)
+        order = [spec for spec in order if _screen_passed(screened[spec.id][1])]
+
+    # 3b. serially, b1..bK, on the ranking worker: the times that rank the branches
+    runner = pool.worker(RANKING)
+    started = time.perf_counter()
+    for spec in order:
+        one = time.perf_counter()
+        with progress.step(f"checking and timing {spec.id} ({len(artifacts)} built)"):
+            result = runner.bench(request(spec.id))
+        bench_path = folder / Path(spec.file).parent / BENCH_FILE
+        write_json(bench_path, to_data(result))
+        outcomes[spec.id].update(_bench_fields(result, folder, bench_path), timed_on=pool.slots[RANKING])
+        outcomes[spec.id]["bench_seconds"] = round(time.perf_counter() - one, 3)
+    seconds["bench"] = round(time.perf_counter() - started, 3)
     # The race check, fastest branch first, until one passes it: compute-sanitizer slows a kernel 10-100x
     # (a 2048^3 SGEMM takes about a minute under racecheck and memcheck), so checking every branch would
     # cost more than the rest of explore. The champion is the same as if all were checked: the fastest
@@ -218,6 +245,29 @@ def _explore(
         compile_jobs_reason=compile_plan.reason,
         seconds=seconds,
     )
+
+
+def _screen(
+    pool: WorkerPool, requests: Sequence[tuple[str, BenchRequest]]
+) -> dict[str, tuple[str, BenchResult]]:
+    """Each branch checked and timed once, on whichever worker of ``pool`` is free (one thread per
+    worker): branch id -> (the slot, its record)."""
+    leases = Leases(pool)
+
+    def one(item: tuple[str, BenchRequest]) -> tuple[str, tuple[str, BenchResult]]:
+        branch_id, bench_request = item
+        with leases.take() as (index, worker):
+            return branch_id, (pool.slots[index], worker.bench(bench_request))
+
+    with (
+        progress.step(f"screening {len(requests)} branches on {len(leases)} workers"),
+        ThreadPoolExecutor(len(leases), thread_name_prefix="kopt-screen") as threads,
+    ):
+        return dict(threads.map(one, requests))
+
+
+def _screen_passed(result: BenchResult) -> bool:
+    return result.status == "ok" and result.correctness_pass and result.timing_valid
 
 
 def champion_of(branches: Sequence[BranchOutcome]) -> tuple[BranchOutcome | None, tuple[str, ...]]:

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kopt_core.bench.pool import SingleWorkerPool
 from kopt_core.errors import ConfigError, HardwareError, ValidationError
 from kopt_core.hardware import detect_gpus
 from kopt_core.jsonio import read_json
@@ -433,9 +434,9 @@ def test_the_champion_s_kernel_takes_the_best_file_s_suffix(pm, tmp_path):
     store, iterv1 = opened_run(pm, tmp_path)
     write_kernels(store, iterv1, {"b1": KERNEL + "# b1\n"})
     state = store.load()
-    record = explore._explore(
-        pm, state, iterv1, 1, RecordedExecutor({"b1": bench_record("", 1.0)}), LOOP_OPTIONS
-    )
+    pool = SingleWorkerPool(RecordedExecutor({"b1": bench_record("", 1.0)}))
+    with pool:
+        record = explore._explore(pm, state, iterv1, 1, pool, LOOP_OPTIONS)
     target = explore._install_champion(iterv1, record, State(**{**_fields(state), "best_file": "x/k.cu"}))
     assert target == iterv1 / "kernel.cu" and target.read_text() == KERNEL + "# b1\n"
 

@@ -22,6 +22,7 @@ import pytest
 
 import kopt_example_backend
 from kopt_core.bench.executor import PairedPlan
+from kopt_core.bench.pool import HostGpuPool
 from kopt_core.errors import ValidationError
 from kopt_core.jsonio import write_json
 from kopt_core.knowledge.select import Picked, Selection
@@ -245,3 +246,23 @@ def test_kill_9_during_explore_leaves_no_evidence_and_the_next_explore_finishes(
     assert not (iterv1 / "kernel.py").exists()  # no champion from a half-done explore
     record = explore_iteration(pm, store, 1, plan=PLAN)  # the lock of the killed process is free again
     assert record.champion == "b2" and (iterv1 / "paired.json").is_file()
+
+
+def test_explore_on_two_workers_screens_on_both_and_ranks_and_pairs_on_one(pm, tmp_path):
+    """The gpus executor's pool with two workers (on the CPU the CUDA_VISIBLE_DEVICES pin is harmless):
+    the three built branches are screened on both workers at once; the wrong one stops there, the two
+    correct ones are timed again on the ranking worker, whose times alone pick the champion."""
+    store, iterv1 = seeded_run(pm, tmp_path)
+    write_kernels(iterv1, {"b1": CHUNKED.format(chunk=128), "b2": VECTORISED, "b3": WRONG, "b4": BROKEN}, {})
+    store.update(branches=4)
+    pool = HostGpuPool(("0", "1"))
+    record = explore_iteration(pm, store, 1, plan=PLAN, pool=pool)
+
+    by_id = {b.id: b for b in record.branches}
+    ranking, other = pool.slots
+    assert record.champion == "b2" and record.frontier == ("b1",)
+    assert {by_id[b].screened_on for b in ("b1", "b2", "b3")} == {ranking, other}  # both screened
+    assert by_id["b1"].timed_on == by_id["b2"].timed_on == ranking  # ranked on one worker only
+    assert not by_id["b3"].correctness_pass and by_id["b3"].timed_on == by_id["b3"].screened_on
+    assert by_id["b4"].screened_on == "" and by_id["b4"].error_stage == "contract"  # never built
+    assert json.loads((iterv1 / "paired.json").read_text())["verdict"] == "faster"
