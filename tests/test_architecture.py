@@ -17,7 +17,7 @@ import grimp
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("kopt_core", "kopt_cuda", "kopt_cutlass", "kopt_triton", "kopt_torch")
+PACKAGES = ("kopt_core", "kopt_cuda", "kopt_cutlass", "kopt_triton", "kopt_torch", "kopt_ray")
 ARCHITECTURE = REPO / "docs" / "architecture.md"
 if sys.version_info >= (3, 11):
     import tomllib

@@ -12,7 +12,9 @@ tomllib = pytest.importorskip("tomllib")
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("folder", ["kopt_core", "kopt_cuda", "kopt_triton", "kopt_cutlass"])
+@pytest.mark.parametrize(
+    "folder", ["kopt_core", "kopt_cuda", "kopt_triton", "kopt_cutlass", "kopt_torch", "kopt_ray"]
+)
 def test_every_subpackage_is_listed(folder):
     config = tomllib.loads((REPO / folder / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert config["package-dir"] == {folder: "."}
@@ -33,6 +35,8 @@ def test_entry_points_name_the_plugin_modules():
         ("kopt_cutlass", "cutlass"),
         ("kopt_core", "kopt_agent"),  # the built-in generators register like any third-party plugin
         ("kopt_core", "kopt_command"),
+        ("kopt_core", "kopt_executors"),  # and so do the built-in executors
+        ("kopt_ray", "kopt_ray"),
     ]
     for folder, name in plugins:
         project = tomllib.loads((REPO / folder / "pyproject.toml").read_text())["project"]
@@ -41,7 +45,9 @@ def test_entry_points_name_the_plugin_modules():
         assert (REPO / folder / Path(*module.split(".")[1:])).with_suffix(".py").is_file()
 
 
-@pytest.mark.parametrize("folder", ["kopt_core", "kopt_cuda", "kopt_triton", "kopt_cutlass"])
+@pytest.mark.parametrize(
+    "folder", ["kopt_core", "kopt_cuda", "kopt_triton", "kopt_cutlass", "kopt_torch", "kopt_ray"]
+)
 def test_each_distribution_ships_py_typed(folder):
     """PEP 561: a type checker reads an installed package's annotations only when it ships py.typed."""
     config = tomllib.loads((REPO / folder / "pyproject.toml").read_text())["tool"]["setuptools"]
