@@ -6,6 +6,7 @@ from __future__ import annotations
 from kopt_core.cli import (  # noqa: F401 - each module registers its commands on app.cli
     app,
     bench,
+    campaign,
     gate,
     inventory,
     loop,
