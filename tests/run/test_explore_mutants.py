@@ -731,3 +731,56 @@ def test_the_race_check_names_every_tool_it_runs(pm, tmp_path, monkeypatch, said
     executor = RecordedExecutor({"b1": bench_record("", 0.5)}, [pairing(*speedup_blocks(1.5))])
     explore_iteration(pm, store, 1, executor=executor)
     assert "compute-sanitizer racecheck, memcheck on b1" in said.messages
+
+
+class TwoWorkers:
+    """A pool of two recorded workers: ``ranking`` (slot 0) and ``other``, each answering with its own
+    records, so a test can tell whose times ranked the branches."""
+
+    def __init__(self, ranking: RecordedExecutor, other: RecordedExecutor):
+        self.name, self.recorders = "two", (ranking, other)
+
+    @property
+    def slots(self):
+        return ("w0", "w1")
+
+    def worker(self, index):
+        return self.recorders[index]
+
+    def start(self):
+        for recorder in self.recorders:
+            recorder.start()
+
+    def build_all(self, jobs, local, **_):
+        return local(jobs)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
+def test_on_two_workers_the_screen_drops_failures_and_only_the_ranking_worker_s_times_rank(pm, tmp_path):
+    store, iterv1 = opened_run(pm, tmp_path)
+    write_kernels(store, iterv1, {"b1": KERNEL + "# b1\n", "b2": KERNEL + "# b2\n", "b3": KERNEL + "# b3\n"})
+    wrong = bench_record("", 1.0, correct=False, error="wrong", stage="correctness")
+    # the other worker would rank b2 first; the ranking worker says b1
+    ranking = RecordedExecutor({"b1": bench_record("", 1.0), "b2": bench_record("", 2.0), "b3": wrong})
+    other = RecordedExecutor({"b1": bench_record("", 3.0), "b2": bench_record("", 0.5), "b3": wrong})
+    ranking.pairings = [pairing(*speedup_blocks(1.5))]
+    record = explore_iteration(pm, store, 1, pool=TwoWorkers(ranking, other))
+
+    assert record.champion == "b1" and record.champion_ms == 1.0
+    assert by_id(record, "b2").median_ms == 2.0 and by_id(record, "b2").timed_on == "w0"
+    screened = {b.id: b.screened_on for b in record.branches}
+    assert set(screened.values()) <= {"w0", "w1"} and all(screened.values())
+    # the screen benched every branch once; the ranking worker then timed the two that passed, and b3 never
+    ranked = [args[0] for kind, args in ranking.calls if kind == "bench"]
+    screens = ranked[: len(ranked) - 2] + [args[0] for kind, args in other.calls if kind == "bench"]
+    assert sorted(screens) == ["b1", "b2", "b3"] and ranked[-2:] == ["b1", "b2"]
+    b3 = by_id(record, "b3")
+    assert not b3.passed and not b3.correctness_pass and b3.timed_on == b3.screened_on
+    assert [kind for kind, _ in ranking.calls].count("paired") == 1 and not any(
+        kind == "paired" for kind, _ in other.calls
+    )
