@@ -105,6 +105,22 @@ def registered_by_plugins(pm: PluginManager, hook: str) -> tuple[dict[str, tuple
     return unique, tuple(sorted(name for name, found in claims.items() if len(found) > 1))
 
 
+def check_plugin_options(kind: str, info: Any, options: dict[str, str]) -> None:
+    """Refuse an option that ``info`` (a registered generator or executor: ``name``, ``options`` with a
+    line of help each, an optional ``check``) does not read, then let it check the values: ConfigError
+    (exit 4) naming the option and what ``--<kind>`` NAME takes."""
+    unknown = sorted(set(options) - set(info.options))
+    if unknown:
+        accepted = ", ".join(sorted(info.options)) or "none"
+        raise ConfigError(
+            f"{kind} {info.name!r} has no option {', '.join(unknown)} (it takes: {accepted})",
+            hint="; ".join(f"{key}: {text}" for key, text in sorted(info.options.items()))
+            or f"run it without {kind} options (--{kind} {info.name})",
+        )
+    if info.check is not None:
+        info.check(dict(options))
+
+
 def get_plugin_manager(*, autoload: bool = True, plugins: tuple[object, ...] = ()) -> PluginManager:
     """A manager with the given plugin objects registered and, if ``autoload``, the installed ones."""
     pm = PluginManager()

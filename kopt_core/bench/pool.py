@@ -86,7 +86,21 @@ class WorkerPool(Protocol):
     ) -> None: ...
 
 
-class SingleWorkerPool:
+class _BuildsHere:
+    """A pool whose workers are on this host: the step's own compile pool builds for them."""
+
+    def build_all(
+        self,
+        jobs: Sequence[BuildJob],
+        local: LocalBuild,
+        *,
+        toolchain: Toolchain | None = None,
+        build_root: Path | None = None,
+    ) -> list[BuildOutcome]:
+        return local(jobs)
+
+
+class SingleWorkerPool(_BuildsHere):
     """One worker: the executor ``factory`` makes (the process's shared worker unless told otherwise), so
     a step on this pool behaves exactly as it did before there were pools."""
 
@@ -116,16 +130,6 @@ class SingleWorkerPool:
     def start(self) -> None:
         self.worker(RANKING).start()
 
-    def build_all(
-        self,
-        jobs: Sequence[BuildJob],
-        local: LocalBuild,
-        *,
-        toolchain: Toolchain | None = None,
-        build_root: Path | None = None,
-    ) -> list[BuildOutcome]:
-        return local(jobs)
-
     def __enter__(self) -> SingleWorkerPool:
         self._depth += 1
         if self._depth == 1:
@@ -144,7 +148,7 @@ class SingleWorkerPool:
             context.__exit__(kind, value, tb)
 
 
-class HostGpuPool:
+class HostGpuPool(_BuildsHere):
     """One long-lived worker per GPU of this host (``devices``: the indices as CUDA_VISIBLE_DEVICES takes
     them), each started with CUDA_VISIBLE_DEVICES set to its GPU alone, so its kernels and its timing
     stay on that GPU; builds run in the step's compile pool on this host."""
@@ -167,16 +171,6 @@ class HostGpuPool:
     def start(self) -> None:
         for worker in self._workers:  # each start is a process launch that returns at once
             worker.start()
-
-    def build_all(
-        self,
-        jobs: Sequence[BuildJob],
-        local: LocalBuild,
-        *,
-        toolchain: Toolchain | None = None,
-        build_root: Path | None = None,
-    ) -> list[BuildOutcome]:
-        return local(jobs)
 
     @property
     def workers_started(self) -> int:

@@ -17,7 +17,7 @@ from attrs import frozen
 
 from kopt_core.errors import ConfigError, HardwareError
 from kopt_core.hardware import detect_gpus
-from kopt_core.plugins import registered_by_plugins
+from kopt_core.plugins import check_plugin_options, registered_by_plugins
 from kopt_core.records.executor import ExecutorInfo
 
 if TYPE_CHECKING:
@@ -89,16 +89,7 @@ class ExecutorRegistry:
 
 def check_executor_options(info: ExecutorInfo, options: dict[str, str]) -> None:
     """Refuse an option ``info`` does not read, then let it check the values (ConfigError, exit 4)."""
-    unknown = sorted(set(options) - set(info.options))
-    if unknown:
-        accepted = ", ".join(sorted(info.options)) or "none"
-        raise ConfigError(
-            f"executor {info.name!r} has no option {', '.join(unknown)} (it takes: {accepted})",
-            hint="; ".join(f"{key}: {text}" for key, text in sorted(info.options.items()))
-            or f"run it without executor options (--executor {info.name})",
-        )
-    if info.check is not None:
-        info.check(dict(options))
+    check_plugin_options("executor", info, options)
 
 
 def executor_for(pm: PluginManager, name: str, options: dict[str, str] | None = None) -> ExecutorInfo:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from attrs import frozen
 
 from kopt_core.errors import ConfigError
-from kopt_core.plugins import registered_by_plugins
+from kopt_core.plugins import check_plugin_options, registered_by_plugins
 from kopt_core.records.generate import GeneratorInfo
 
 if TYPE_CHECKING:
@@ -75,16 +75,7 @@ def _unknown_hint() -> str:
 
 def check_options(info: GeneratorInfo, options: dict[str, str]) -> None:
     """Refuse an option ``info`` does not read, then let it check the values (ConfigError, exit 4)."""
-    unknown = sorted(set(options) - set(info.options))
-    if unknown:
-        accepted = ", ".join(sorted(info.options)) or "none"
-        raise ConfigError(
-            f"generator {info.name!r} has no option {', '.join(unknown)} (it takes: {accepted})",
-            hint="; ".join(f"{key}: {text}" for key, text in sorted(info.options.items()))
-            or f"run it without generator options (--generator {info.name})",
-        )
-    if info.check is not None:
-        info.check(dict(options))
+    check_plugin_options("generator", info, options)
 
 
 def generator_for(pm: PluginManager, name: str, options: dict[str, str] | None = None) -> GeneratorInfo:
