@@ -13,13 +13,29 @@ python3 -m venv .venv-test
 # headers). Linters come with kopt-core's [test] extra.
 .venv-test/bin/python -m pip install -q triton==3.9.0 nvidia-cutlass==4.2.0.0
 .venv-test/bin/python -m pip install -q -e './kopt_core[test]' -e ./kopt_cuda -e ./kopt_triton -e ./kopt_cutlass \
-  -e ./kopt_torch -e ./examples/kopt_example_backend
+  -e ./kopt_torch -e ./kopt_ray -e ./examples/kopt_example_backend
 # Habits before tests: lint, format, types and the import contracts (all configured in pyproject.toml),
 # then the suite.
 .venv-test/bin/ruff check .
 .venv-test/bin/ruff format --check .
 .venv-test/bin/mypy
 .venv-test/bin/lint-imports --no-cache
+# A PostgreSQL server for the tests of studies shared through a database (the postgres_url fixture of
+# tests/conftest.py), where PostgreSQL's initdb is installed and KOPT_TEST_POSTGRES_URL names no server
+# already: scripts/postgres.sh starts one in a temporary folder, and the EXIT trap stops it however this
+# script ends (a failed step under set -e, the mutation verdict's exit 1; INT and TERM exit to run it).
+# Without a server those tests skip, or fail under KOPT_REQUIRE_POSTGRES=1 (.ci/run sets it).
+if [ -z "${KOPT_TEST_POSTGRES_URL:-}" ] && bash scripts/postgres.sh bin >/dev/null 2>&1; then
+  postgres_dir=$(mktemp -d)
+  trap 'bash scripts/postgres.sh stop "$postgres_dir" || true; rm -rf "$postgres_dir"' EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  if postgres_url=$(bash scripts/postgres.sh start "$postgres_dir"); then
+    export KOPT_TEST_POSTGRES_URL="$postgres_url"
+  else
+    echo "scripts/postgres.sh could not start PostgreSQL (above): the shared-study tests have no server" >&2
+  fi
+fi
 .venv-test/bin/python -m pytest "$@"
 # The planted semantic bugs (docs/testing.md, "Planted semantic bugs"), on the full run only: each planted
 # in a copy of kopt_core and killed by the tests it names (about 3 minutes).

@@ -19,7 +19,9 @@ How a study stays correct across kills and resumes:
   twice, never lose the configuration; the second copy is then a duplicate (below). RUNNING trials of a
   live process here, or of another host (whose pid cannot be checked), are left alone while their
   heartbeat goes on, and their configurations are not evaluated here at the same time; one silent for
-  ``GRACE_BEATS`` beats is failed by Optuna, whose retry callback enqueues its parameters again.
+  ``GRACE_BEATS`` beats is failed by Optuna, whose retry callback enqueues its parameters again (the
+  copy names it in ``kopt_requeued_from``). Such a trial counts as interrupted whatever ``kopt_status``
+  its worker had set before it died: a status counts only with the state it is told with.
 - Configurations are deduplicated by id. A sampler that proposes one already evaluated gets the recorded
   result back without a second evaluation: the trial is told COMPLETE with the same value (``duplicate``,
   ``kopt_duplicate_of``), or PRUNED when the configuration had failed, so TPE learns to avoid it; failed
@@ -120,6 +122,15 @@ REQUEUED_FROM = "kopt_requeued_from"
 WORKER = "kopt_worker"  # the executor's slot that timed it ("local", "cuda:1", "ray:<node>/gpu0")
 SEEDED = "kopt_seeded"  # "prior": enqueued from run_study's ``first``, before the sampler proposed anything
 PRIOR = "prior"
+# the states each kopt_status is told with
+TOLD = {
+    "ok": (TrialState.COMPLETE,),
+    "failed": (TrialState.FAIL,),
+    "rejected": (TrialState.PRUNED,),
+    "duplicate": (TrialState.COMPLETE, TrialState.PRUNED),
+    "interrupted": (TrialState.FAIL,),
+    "surplus": (TrialState.FAIL,),
+}
 STUDY_SPACE_ID = "kopt_space_id"
 STUDY_ENCODING = "kopt_encoding"
 
@@ -221,7 +232,7 @@ def run_study(
                 study = optuna.load_study(study_name=study_name, storage=backend, sampler=chosen)
             except KeyError:
                 raise ConfigError(
-                    f"there is no study {study_name!r} to join in {_shown(storage)}",
+                    f"there is no study {study_name!r} to join in {shown_storage(storage)}",
                     hint="start it first with the same kopt search without --join (on any host), with the "
                     "same kernel, reference, dims and --storage",
                 ) from None
@@ -738,11 +749,19 @@ class _Session:
         return _result_of(self.study, sampler, stop_reason, elapsed_s, self.evaluated_now)
 
 
+def _told(trial: FrozenTrial) -> str | None:
+    """The ``kopt_status`` a finished trial was told with; None for a trial not finished, or one Optuna
+    failed for its silent heartbeat: no status, or one its state belies (its worker set the status and
+    died before telling it)."""
+    status = str(trial.user_attrs.get(STATUS, ""))
+    return status if trial.state in TOLD.get(status, ()) else None
+
+
 def _record(trial: FrozenTrial) -> TrialRecord | None:
     """The evaluation a finished trial holds, or None for rejected, duplicate and interrupted trials."""
     attrs = trial.user_attrs
     status = attrs.get(STATUS)
-    if status not in ("ok", "failed"):
+    if status not in ("ok", "failed") or _told(trial) != status:
         return None
     value = trial.value if status == "ok" else None
     return TrialRecord(
@@ -768,9 +787,9 @@ def _result_of(
     study: optuna.Study, sampler: str, stop_reason: str, elapsed_s: float, evaluated_now: int
 ) -> StudyResult:
     trials = study.get_trials(deepcopy=False)
-    statuses = Counter(t.user_attrs.get(STATUS) for t in trials)
-    # a trial Optuna failed for its silent heartbeat has no status of kopt's: its worker was gone
-    stale = sum(1 for t in trials if t.state == TrialState.FAIL and STATUS not in t.user_attrs)
+    statuses = Counter(map(_told, trials))
+    # a trial Optuna failed for its silent heartbeat was not told by kopt: its worker was gone
+    stale = sum(1 for t in trials if t.state == TrialState.FAIL and _told(t) is None)
     records: dict[str, TrialRecord] = {}
     repeats = 0
     for record in map(_record, trials):  # two workers racing on one configuration: the first counts
@@ -822,23 +841,40 @@ def _open_storage(storage: str | BaseStorage, heartbeat_s: int = HEARTBEAT_S) ->
     """An Optuna RDB storage for ``storage`` (any SQLAlchemy URL Optuna takes: sqlite, PostgreSQL, MySQL),
     with heartbeats every ``heartbeat_s`` seconds and a trial silent for ``GRACE_BEATS`` of them failed
     and retried by Optuna's retry callback (``RetryHeartbeatStaleTrialCallback``: the same parameters
-    enqueued again, with the failed trial's number in its system attributes)."""
+    enqueued again, with the failed trial's number in its system attributes; ``_retry_configuration``
+    says which user attributes the copy keeps)."""
     if not isinstance(storage, str):
         return storage
     retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)
     heartbeat: dict[str, Any] = {"heartbeat_interval": heartbeat_s, "grace_period": GRACE_BEATS * heartbeat_s}
     if retry is not None:  # Optuna 4.9 renamed the callback and its argument
-        heartbeat["heartbeat_stale_trial_callback"] = retry()
+        heartbeat["heartbeat_stale_trial_callback"] = _retry_configuration(retry())
     else:
-        heartbeat["failed_trial_callback"] = optuna.storages.RetryFailedTrialCallback()
+        heartbeat["failed_trial_callback"] = _retry_configuration(optuna.storages.RetryFailedTrialCallback())
     try:
         return optuna.storages.RDBStorage(_with_driver(storage), **heartbeat)
     except (ValueError, ImportError, sqlalchemy.exc.SQLAlchemyError) as exc:
         raise ConfigError(
-            f"cannot open the study storage {_shown(storage)!r}: {first_error_line(str(exc))}",
+            f"cannot open the study storage {shown_storage(storage)!r}: {first_error_line(str(exc))}",
             hint="give an Optuna RDB URL, e.g. sqlite:///run/search.db (its folder must exist) or "
             "postgresql://user@host/db (pip install psycopg2-binary; the server must be reachable)",
         ) from None
+
+
+def _retry_configuration(
+    retry: Callable[[optuna.Study, FrozenTrial], None],
+) -> Callable[[optuna.Study, FrozenTrial], None]:
+    """Optuna's ``retry`` callback, whose copy of a trial failed for its heartbeat keeps of the dead
+    trial's user attributes only its configuration and whether it was a seed (and names the trial in
+    ``kopt_requeued_from``): not the owner, status or detail the dead worker had written, which would
+    make the copy look owned by it, or told, before it is even asked."""
+
+    def requeue(study: optuna.Study, trial: FrozenTrial) -> None:
+        kept = {key: trial.user_attrs[key] for key in (CONFIG_ID, CONFIG) if key in trial.user_attrs}
+        trial.user_attrs = {**kept, **_requeued(trial.number, trial.user_attrs)}  # Optuna's own copy
+        retry(study, trial)
+
+    return requeue
 
 
 def _with_driver(url: str) -> str:
@@ -851,8 +887,8 @@ def _with_driver(url: str) -> str:
     return url
 
 
-def _shown(storage: str | BaseStorage) -> str:
-    """A storage as messages show it: a URL without its password."""
+def shown_storage(storage: str | BaseStorage) -> str:
+    """A storage as messages and records show it: a URL without its password."""
     if not isinstance(storage, str):
         return type(storage).__name__
     return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", storage)

@@ -417,7 +417,7 @@ def search_kernel(
     Raises ConfigError (exit 4) for a kernel without a space or a bad kernel, reference, dims or budget,
     HardwareError (exit 3) when the backend's tool or the GPU it needs is missing, after the static
     checks."""
-    from kopt_core.search.study import run_study, write_results  # Optuna: imported by a search only
+    from kopt_core.search.study import run_study, shown_storage, write_results  # Optuna: by a search only
 
     kernel = Path(kernel)
     dims = dict(dims)
@@ -503,7 +503,7 @@ def search_kernel(
         arch=arch,
         dims=dims,
         out_dir=out,
-        storage=storage_url,
+        storage=shown_storage(storage_url),  # recorded without its password
         study_name=study_name,
         space_id=source.space.space_id,
         space_size=source.space.size,
@@ -534,7 +534,7 @@ def search_kernel(
             "arch": arch,
             "space_id": outcome.space_id,
             "study_name": study_name,
-            "storage": storage_url,
+            "storage": shown_storage(storage_url),
             "config_id": best.config_id,
             "config": dict(best.config),
             "label": labels.get(best.config_id, ""),
