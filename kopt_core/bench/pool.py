@@ -172,10 +172,6 @@ class HostGpuPool(_BuildsHere):
         for worker in self._workers:  # each start is a process launch that returns at once
             worker.start()
 
-    @property
-    def workers_started(self) -> int:
-        return sum(worker.workers_started for worker in self._workers)
-
     def __enter__(self) -> HostGpuPool:
         self._workers = [
             WorkerExecutor(python=self._python, env={"CUDA_VISIBLE_DEVICES": device})

@@ -39,9 +39,6 @@ LOCAL = ExecutorInfo(
     description="one bench worker on this host (the default): everything timed on one GPU",
     open=_open_local,
 )
-# The entry point of kopt's own plugin executors (gpus): it loads whatever KOPT_PLUGINS says
-# (kopt_core.plugins.ALWAYS_LOADED).
-BUILTIN_PLUGIN = "kopt_executors"
 
 
 @frozen

@@ -11,7 +11,7 @@ GPU of a Ray cluster). A plugin registers ``ExecutorInfo(name, description, open
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from attrs import field, frozen
 
@@ -36,13 +36,3 @@ class ExecutorInfo:
     check: ExecutorCheckFn | None = field(default=None, eq=False)
     # Whether its workers are on other hosts (their files reach them by content key, not by path).
     remote: bool = False
-
-
-def describe(info: ExecutorInfo) -> dict[str, Any]:
-    """One row of ``kopt executors``."""
-    return {
-        "name": info.name,
-        "description": info.description,
-        "options": dict(info.options),
-        "remote": info.remote,
-    }

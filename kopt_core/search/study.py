@@ -556,7 +556,7 @@ class _Session:
         except BaseException as exc:  # a bug or Ctrl-C: the configuration was not judged, so retry it
             self._interrupted(proposal, f"the objective raised {type(exc).__name__}: {exc}")
             raise
-        self._told(proposal, outcome)
+        self._record_outcome(proposal, outcome)
 
     def _finish(self, proposal: _Proposal, future: Future[TrialOutcome]) -> None:
         """Tell a proposal a thread evaluated; an objective that raised is requeued and re-raised."""
@@ -565,7 +565,7 @@ class _Session:
         except BaseException as exc:
             self._interrupted(proposal, f"the objective raised {type(exc).__name__}: {exc}")
             raise
-        self._told(proposal, outcome)
+        self._record_outcome(proposal, outcome)
 
     def _interrupted(self, proposal: _Proposal, why: str) -> None:
         trial = proposal.trial
@@ -575,7 +575,7 @@ class _Session:
         for echo in self.echoes.pop(proposal.identifier, []):
             self._close(echo, TrialState.PRUNED, "duplicate", f"same configuration as trial {trial.number}")
 
-    def _told(self, proposal: _Proposal, outcome: TrialOutcome) -> None:
+    def _record_outcome(self, proposal: _Proposal, outcome: TrialOutcome) -> None:
         trial, config, identifier = proposal.trial, proposal.config, proposal.identifier
         if not isinstance(outcome, TrialOutcome):
             self._interrupted(proposal, f"the objective returned {type(outcome).__name__}")
