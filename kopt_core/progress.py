@@ -13,10 +13,16 @@ as update:``, the block calling ``update(done, note)`` as it goes. A count is sh
 asks for one (``run_study(progress=True)``): by the installed reporter's ``count`` when it has one (a
 ``Counter``), else as a bar on stderr (``bar``). While a count is shown, steps show nothing: two live
 displays on one terminal would overwrite each other.
+
+Only the process's entry point (the CLI, a test) installs a reporter. Work running in several threads at
+once never swaps it: one thread's swap and restore would interleave with another's and leave a stale
+reporter behind. A thread that wants its own steps unseen says so with ``with progress.muted():``, which
+touches only that thread.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TypeVar
@@ -35,6 +41,9 @@ def silent(message: str) -> AbstractContextManager[object]:
 
 
 _reporter: Reporter = silent
+_thread = threading.local()  # .muted: this thread's steps show nothing
+_counts_lock = threading.Lock()
+_counts_shown = 0  # counts on display now, from any thread: steps show nothing while one is
 
 
 def current() -> Reporter:
@@ -88,12 +97,44 @@ def _display(make: Callable[[], AbstractContextManager[T]]) -> Iterator[T | None
 
 
 @contextmanager
+def muted() -> Iterator[None]:
+    """Steps announced from this thread show nothing while the block runs; other threads' steps show as
+    before. Nests, and restores what the thread had."""
+    before = getattr(_thread, "muted", False)
+    _thread.muted = True
+    try:
+        yield
+    finally:
+        _thread.muted = before
+
+
+def _quiet() -> bool:
+    return _counts_shown > 0 or getattr(_thread, "muted", False)
+
+
+@contextmanager
 def step(message: str) -> Iterator[None]:
     """Say ``message`` (e.g. "building gemm.cu") while the block runs. The reporter sees the block's error,
     if any, as a context manager does (it may say the step failed), but never swallows it; a reporter that
-    fails never fails the work: it is only a display."""
+    fails never fails the work: it is only a display. Nothing is shown from a muted thread, or while a
+    count is on display."""
+    if _quiet():
+        yield
+        return
     with _display(lambda: _reporter(message)):
         yield
+
+
+@contextmanager
+def _count_on_display() -> Iterator[None]:
+    global _counts_shown
+    with _counts_lock:
+        _counts_shown += 1
+    try:
+        yield
+    finally:
+        with _counts_lock:
+            _counts_shown -= 1
 
 
 @contextmanager
@@ -112,7 +153,7 @@ def counting(label: str, total: int | None = None, done: int = 0) -> Iterator[Up
                 except Exception:
                     pass  # only a display
 
-        with reporting(None):
+        with _count_on_display():
             yield update
 
 

@@ -424,6 +424,50 @@ def test_the_status_line_counts_the_builds(make_pm, tmp_path):
     assert recorder.shown[4:] == ["building b2 again, alone (1/1): it ran out of resources"]
 
 
+def test_pools_in_two_threads_at_once_leave_the_reporter_installed(make_pm, tmp_path):
+    """Two pools whose builds overlap, the first to start ending first (explore screening on two workers):
+    each shows its own count, and afterwards the reporter is the one installed, not a pool's."""
+
+    class Overlapping(StarvedBackendTestDouble):
+        def __init__(self) -> None:
+            super().__init__()
+            self.second_started, self.first_done = threading.Event(), threading.Event()
+
+        def behave(self, what, candidate, build_dir, attempt):
+            if what == "first":
+                assert self.second_started.wait(30)
+            else:
+                self.second_started.set()
+                assert self.first_done.wait(30)
+            return super().behave("ok", candidate, build_dir, attempt)
+
+    double = Overlapping()
+    pm = make_pm(double)
+    first = double_jobs(tmp_path / "a", {"a1": "first"})
+    second = double_jobs(tmp_path / "b", {"b1": "second"})
+    recorder = Recorder()
+    results: dict[str, list[BuildOutcome]] = {}
+
+    def pool(name, jobs, then=None):
+        results[name] = build(pm, jobs, tmp_path / name, workers=1)
+        if then is not None:
+            then.set()
+
+    threads = [
+        threading.Thread(target=pool, args=("a", first, double.first_done)),
+        threading.Thread(target=pool, args=("b", second)),
+    ]
+    with progress.reporting(recorder):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert progress.current() is recorder
+
+    assert [outcome.compile_pass for name in "ab" for outcome in results[name]] == [True, True]
+    assert sorted(recorder.shown) == ["building 1/1 (a1)", "building 1/1 (b1)"]
+
+
 def test_the_callers_mistakes_raise(make_pm, tmp_path):
     pm = make_pm(StarvedBackendTestDouble())
     (job,) = double_jobs(tmp_path, {"b1": "ok"})

@@ -8,6 +8,7 @@ import io
 import json
 import re
 import shutil
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -159,6 +160,93 @@ def test_a_count_goes_to_the_reporter_that_shows_counts_and_steps_inside_show_no
         ("start", "after"),
         ("end", "after"),
     ]
+
+
+def test_a_count_in_one_thread_silences_the_steps_of_every_thread_while_it_is_shown():
+    recorder = CountingRecorder()
+    shown, stepped = threading.Event(), threading.Event()
+
+    def worker():  # a search trial announcing its build from a pool thread
+        assert shown.wait(10)
+        with progress.step("building in a worker"):
+            pass
+        stepped.set()
+
+    thread = threading.Thread(target=worker)
+    with progress.reporting(recorder):
+        thread.start()
+        with progress.counting("search", total=1):
+            shown.set()
+            assert stepped.wait(10)
+        thread.join(10)
+        assert progress.current() is recorder
+        with progress.step("after"):
+            pass
+    assert recorder.events == [
+        ("count", "search 0/1"),
+        ("end", "search"),
+        ("start", "after"),
+        ("end", "after"),
+    ]
+
+
+def test_muted_silences_only_its_own_thread_and_nests():
+    recorder = Recorder()
+    inside, outside = threading.Event(), threading.Event()
+
+    def other():
+        assert inside.wait(10)
+        with progress.step("other thread"):
+            pass
+        outside.set()
+
+    thread = threading.Thread(target=other)
+    with progress.reporting(recorder):
+        thread.start()
+        with progress.muted():
+            with progress.muted():
+                inside.set()
+                assert outside.wait(10)
+                with progress.step("muted"):
+                    pass
+            with progress.step("still muted"):
+                pass
+        with progress.step("heard again"):
+            pass
+        thread.join(10)
+    assert recorder.events == [
+        ("start", "other thread"),
+        ("end", "other thread"),
+        ("start", "heard again"),
+        ("end", "heard again"),
+    ]
+
+
+def test_steps_and_counts_from_many_threads_leave_the_reporter_installed():
+    """Threads that announce steps and show counts at the same time, interleaving freely, never swap the
+    installed reporter: afterwards it is the one the entry point installed."""
+    recorder = CountingRecorder()
+    barrier = threading.Barrier(4, timeout=10)
+
+    def busy(number: int):
+        for _ in range(20):
+            barrier.wait()
+            with progress.muted(), progress.step(f"muted {number}"):
+                pass
+            if number % 2:
+                with progress.counting(f"count {number}", total=1), progress.step("inside"):
+                    pass
+
+    threads = [threading.Thread(target=busy, args=(number,)) for number in range(4)]
+    with progress.reporting(recorder):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert progress.current() is recorder
+    assert progress.current() is progress.silent
+    assert not any(kind == "start" for kind, _ in recorder.events)  # muted, or under a count
+    assert sum(kind == "count" for kind, _ in recorder.events) == 2 * 20
 
 
 def test_a_count_without_a_counting_reporter_is_a_bar_on_stderr(capsys):

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -258,30 +258,13 @@ def _attempt(
     return _Attempt(artifact, None, time.perf_counter() - started)
 
 
-_quiet = threading.local()
-
-
 @contextmanager
-def _pool_status() -> Iterator[Callable[[str], AbstractContextManager[object]]]:
-    """While the pool runs, the status line says "building 3/4 (b3)", not "building kernel.cu" four
-    times over (every branch's file is kernel.cu): the steps a build announces from inside a pool
-    thread are silenced, and the pool's own count is shown instead. Steps of other threads pass through."""
-    outer = progress.current()
-
-    def reporter(message: str) -> AbstractContextManager[object]:
-        return nullcontext() if getattr(_quiet, "active", False) else outer(message)
-
-    @contextmanager
-    def announce(message: str) -> Iterator[None]:
-        with progress.step(message):
-            before, _quiet.active = getattr(_quiet, "active", False), True
-            try:
-                yield
-            finally:
-                _quiet.active = before
-
-    with progress.reporting(reporter):
-        yield announce
+def _announce(message: str) -> Iterator[None]:
+    """The pool's own line for one build ("building 3/4 (b3)", not "building kernel.cu" four times over:
+    every branch's file is kernel.cu); the steps the build announces from its pool thread show nothing.
+    Steps of other threads pass through."""
+    with progress.step(message), progress.muted():
+        yield
 
 
 def build_all(
@@ -320,37 +303,33 @@ def build_all(
     total = len(jobs)
     started = 0
 
-    with _pool_status() as announce:
+    def run(job: BuildJob) -> _Attempt:
+        nonlocal started
+        with lock:
+            started += 1
+            ordinal = started
+        with _announce(f"building {ordinal}/{total} ({job.key})"):
+            return _attempt(hooks, job, build_root / job.key, toolchain)
 
-        def run(job: BuildJob) -> _Attempt:
-            nonlocal started
-            with lock:
-                started += 1
-                ordinal = started
-            with announce(f"building {ordinal}/{total} ({job.key})"):
-                return _attempt(hooks, job, build_root / job.key, toolchain)
+    executor = ThreadPoolExecutor(
+        max_workers=max(1, min(plan.workers, total)), thread_name_prefix="kopt-build"
+    )
+    try:
+        attempts = [future.result() for future in [executor.submit(run, job) for job in jobs]]
+    finally:
+        # On an interrupt, builds not yet started never start; running ones end on their own timeout.
+        executor.shutdown(wait=True, cancel_futures=True)
 
-        executor = ThreadPoolExecutor(
-            max_workers=max(1, min(plan.workers, total)), thread_name_prefix="kopt-build"
-        )
-        try:
-            attempts = [future.result() for future in [executor.submit(run, job) for job in jobs]]
-        finally:
-            # On an interrupt, builds not yet started never start; running ones end on their own timeout.
-            executor.shutdown(wait=True, cancel_futures=True)
-
-        retry = [
-            index
-            for index, attempt in enumerate(attempts)
-            if attempt.error and is_resource_failure(attempt.error)
-        ]
-        retried: dict[int, _Attempt] = {}
-        for number, index in enumerate(retry, start=1):
-            job = jobs[index]
-            with announce(
-                f"building {job.key} again, alone ({number}/{len(retry)}): it ran out of resources"
-            ):
-                retried[index] = _attempt(hooks, job, build_root / job.key, toolchain)
+    retry = [
+        index
+        for index, attempt in enumerate(attempts)
+        if attempt.error and is_resource_failure(attempt.error)
+    ]
+    retried: dict[int, _Attempt] = {}
+    for number, index in enumerate(retry, start=1):
+        job = jobs[index]
+        with _announce(f"building {job.key} again, alone ({number}/{len(retry)}): it ran out of resources"):
+            retried[index] = _attempt(hooks, job, build_root / job.key, toolchain)
 
     outcomes = []
     for index, (job, first) in enumerate(zip(jobs, attempts, strict=True)):
