@@ -6,6 +6,8 @@ could not be used is no verdict on the configuration at all (HardwareError, so t
 resume); anything else fails with the stage and the first line that says what went wrong.
 ``fastest_passing`` keeps the ``k`` fastest passing configurations, fastest first, ties by trial number:
 the best configuration of a search, best.json's list and a search iteration's branches b1..bK.
+``contenders`` picks the configurations a search times again, with bench's options and on one worker,
+before it names its best.
 
 Pure functions over the search's records (``kopt_core.records.search``), without Optuna.
 """
@@ -13,7 +15,7 @@ Pure functions over the search's records (``kopt_core.records.search``), without
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from kopt_core.errors import HardwareError
@@ -62,6 +64,8 @@ class Evaluated(Protocol):
     def status(self) -> str: ...
     @property
     def value_ms(self) -> float | None: ...
+    @property
+    def worker(self) -> str: ...
 
 
 T = TypeVar("T", bound=Evaluated)
@@ -71,3 +75,27 @@ def fastest_passing(trials: Iterable[T], k: int = 1) -> tuple[T, ...]:
     """The ``k`` fastest configurations that passed, fastest first; equal times in trial order."""
     passed = [t for t in trials if t.status == "ok" and t.value_ms is not None]
     return tuple(sorted(passed, key=lambda t: (t.value_ms, t.number))[:k])
+
+
+# A configuration whose study time is within this share of its worker's fastest may be the fastest once
+# timed as bench times: the study's 1 s of samples and bench's 3 s differ by about 1% on a steady kernel,
+# and by a few percent where clocks or the order of trials move times (docs/search.md, "Naming the best").
+CONTENDER_MARGIN = 0.05
+
+
+def contenders(trials: Sequence[T], k: int, margin: float = CONTENDER_MARGIN) -> tuple[T, ...]:
+    """The passing configurations a search must time again before it names its best: for each worker that
+    timed trials, its fastest and those of its others within ``margin`` of it, at most ``k`` per worker
+    (times of two workers are never compared, so the margin is read on each worker's own times). Fastest
+    first within each worker, the workers in the order of their fastest."""
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    by_worker: dict[str, list[T]] = {}
+    for trial in fastest_passing(trials, len(trials)):
+        by_worker.setdefault(trial.worker, []).append(trial)
+    chosen: list[T] = []
+    for ranked in by_worker.values():
+        fastest = ranked[0].value_ms
+        assert fastest is not None  # fastest_passing keeps only timed trials
+        chosen += [t for t in ranked[:k] if t.value_ms is not None and t.value_ms <= fastest * (1 + margin)]
+    return tuple(chosen)

@@ -22,8 +22,11 @@ The study is stored in ``sqlite:///<out_dir>/search.db`` unless a storage URL is
 made of the space's id and a digest of what the times depend on (the kernel without its tunables'
 values, the dims, the reference, the backend): running the same search again continues it (a killed
 search loses nothing and evaluates no configuration twice), and a changed kernel, reference or problem
-starts a new study. At the end: ``trials.csv``/``trials.json`` (every evaluated configuration),
-``best.json`` and ``best.<ext>`` (the fastest passing variant).
+starts a new study. The best is then named by the contenders (each worker's fastest and its trials
+within 5% of it) timed again, one by one, on one worker with bench's sampling (``ranking_options``), so
+that best.json's median is what ``kopt bench`` of ``best.<ext>`` reports. At the end:
+``trials.csv``/``trials.json`` (every evaluated configuration), ``best.json`` and ``best.<ext>`` (the
+fastest passing variant).
 
 Order of failures, as for ``kopt bench``: the space and the kernel as given (its declared defaults) are
 checked and built first, so a machine without a GPU still shows those checks (exit 4 for a bad kernel,
@@ -64,7 +67,7 @@ from kopt_core.records.search import (
     TrialRecord,
 )
 from kopt_core.records.versions import BEST_SCHEMA_VERSION
-from kopt_core.search.promotion import fastest_passing, first_error_line, judge
+from kopt_core.search.promotion import contenders, fastest_passing, first_error_line, judge
 from kopt_core.search.space import SPACE_HINT
 from kopt_core.search.variants import DeclaredSpace, config_id
 from kopt_core.steps.bench import BENCH_FILE, check_candidate, static_contract, target_arch
@@ -187,7 +190,7 @@ class SearchOutcome:
     best_file: Path | None = None
     executor: str = "local"
     slots: tuple[str, ...] = ()  # the pool's workers; slots[0] ranked
-    # the leaders timed again on the ranking worker, fastest first, when several workers timed the trials
+    # the contenders timed again on the ranking worker with bench's sampling (``_ranked``)
     ranking: tuple[TrialRecord, ...] = ()
 
     @property
@@ -196,11 +199,12 @@ class SearchOutcome:
         return found[0] if found else None
 
     def top(self, k: int = TOP) -> tuple[TrialRecord, ...]:
-        """The fastest passing configurations: by the ranking worker's times when several workers timed
-        the study (``ranking``), else by the study's own."""
-        if self.ranking:
-            return fastest_passing(self.ranking, k)
-        return self.result.best(k)
+        """The ``k`` fastest passing configurations: the contenders by the ranking worker's times
+        (``ranking``), then the study's other passing configurations by the study's own times."""
+        ranked = fastest_passing(self.ranking, k)
+        timed_again = {record.config_id for record in self.ranking}
+        others = [r for r in self.result.best(len(self.result.trials)) if r.config_id not in timed_again]
+        return (ranked + tuple(others))[:k]
 
     def variant(self, record: TrialRecord) -> Path:
         """The kernel file of an evaluated configuration."""
@@ -239,6 +243,11 @@ class SearchOutcome:
             "trials_csv": str(self.trials_csv),
             "trials_json": str(self.trials_json),
         }
+
+
+def _study_median(result: StudyResult, config_id: str) -> float | None:
+    """The median the study itself measured for ``config_id`` (before the ranking timed it again)."""
+    return next((t.value_ms for t in result.trials if t.config_id == config_id), None)
 
 
 def _row(record: TrialRecord, labels: Mapping[str, str], variant: Path) -> dict[str, Any]:
@@ -343,21 +352,37 @@ class _Objective:
         return attrs.evolve(judge(result), worker=self.pool.slots[index])
 
 
-# --- ranking on one worker -----------------------------------------------------------------------------
+# --- naming the best: the contenders timed again as bench times, on one worker ----------------------
 
 
-def _ranked(objective: _Objective, result: StudyResult) -> tuple[TrialRecord, ...]:
-    """The leaders of a study that several workers timed, timed again one by one on the pool's ranking
-    worker: the ``TOP`` fastest, and each worker's own fastest (a slower GPU's best may beat another's
-    fifth). Each comes back as its trial's record with the ranking worker's time (or its failure there)."""
-    leaders = {record.config_id: record for record in result.best(TOP)}
-    for record in result.best(len(result.trials)):
-        if record.worker not in {leader.worker for leader in leaders.values()}:
-            leaders.setdefault(record.config_id, record)
+def ranking_options(options: BenchOptions) -> BenchOptions:
+    """How the contenders are timed before the best is named: the study's checks (``options``: seeds,
+    tolerances, L2 policy, timeout) with bench's warm-up and sampling, so that the best's median is the
+    one ``kopt bench`` of its file reports (docs/search.md, "Naming the best")."""
+    bench = BenchOptions()
+    return attrs.evolve(
+        options,
+        warmup_ms=bench.warmup_ms,
+        budget_s=bench.budget_s,
+        rel_precision=bench.rel_precision,
+        min_samples=bench.min_samples,
+        max_samples=bench.max_samples,
+    )
+
+
+def _ranked(objective: _Objective, result: StudyResult, options: BenchOptions) -> tuple[TrialRecord, ...]:
+    """The study's contenders (``kopt_core.search.promotion.contenders``: each worker's fastest and its
+    trials within ``CONTENDER_MARGIN`` of it) timed again one by one on the pool's ranking worker with
+    ``options``. Each comes back as its trial's record with the ranking worker's time (or its failure
+    there)."""
+    leaders = {record.config_id: record for record in contenders(result.trials, TOP)}
+    if not leaders:
+        return ()
     objective.prefetch([dict(record.config) for record in leaders.values()])
     slot = objective.pool.slots[RANKING]
     ranked = []
-    with display.step(f"timing the {len(leaders)} leading configurations again on {slot}"):
+    count = f"the {len(leaders)} leading configurations" if len(leaders) > 1 else "the leading configuration"
+    with display.step(f"timing {count} again as bench times, on {slot}"):
         for identifier, record in leaders.items():
             build = objective.ready.pop(identifier)
             if isinstance(build, TrialOutcome):
@@ -365,7 +390,8 @@ def _ranked(objective: _Objective, result: StudyResult) -> tuple[TrialRecord, ..
             elif not build.compile_pass or build.artifact is None:
                 outcome = TrialOutcome("failed", detail=f"compile: {first_error_line(build.error)}")
             else:
-                outcome = judge(objective.pool.worker(RANKING).bench(objective.request(build.artifact)))
+                request = attrs.evolve(objective.request(build.artifact), options=options)
+                outcome = judge(objective.pool.worker(RANKING).bench(request))
             ranked.append(
                 attrs.evolve(
                     record,
@@ -402,6 +428,7 @@ def search_kernel(
     compile_jobs: str | int = "auto",
     pool: WorkerPool | None = None,
     join: bool = False,
+    rank_options: BenchOptions | None = None,
 ) -> SearchOutcome:
     """Search ``kernel``'s declared space (or ``space``) for the fastest configuration that passes every
     check against ``ref`` at ``dims``; see the module docstring. ``trials`` is the study's budget in
@@ -409,9 +436,10 @@ def search_kernel(
     (``kopt_core.records.bench.LOOP_OPTIONS``), ``executor`` to the process's shared worker
     (``shared_executor``: one for the whole study and the steps after it). ``pool`` (an executor's
     pool of workers, not entered: ``kopt_core.execute.base.open_pool``) spreads the trials over its
-    workers instead, and then names the best by timing the leading configurations again on its ranking
-    worker alone (``RANKED``). ``join``: add this call as one more worker of a study that exists already
-    in ``storage`` (another process or host started it).
+    workers instead. Either way the best is named by timing the contenders again one by one on the
+    pool's ranking worker with ``rank_options`` (default ``ranking_options(options)``: bench's sampling),
+    and its median in best.json is that time. ``join``: add this call as one more worker of a study that
+    exists already in ``storage`` (another process or host started it).
     ``compile_jobs`` (``auto`` or N, as ``kopt explore --compile-jobs``) sizes the batches: that many
     proposals are built at once in the compile pool, then timed one by one.
     Raises ConfigError (exit 4) for a kernel without a space or a bad kernel, reference, dims or budget,
@@ -487,12 +515,13 @@ def search_kernel(
             progress=progress,
             first=prior_points(source, prior_seed_count(trials)),
             join=join,
+            near=getattr(source, "near", None),
         )
-        # 2b. times from several workers are not compared: the leaders are timed again on one
+        # 2b. the best is named by the contenders' times as bench takes them, all on one worker (times
+        # from several workers are never compared)
         slots = pool.slots
-        ranking = (
-            _ranked(objective, result) if len({t.worker for t in result.best(len(result.trials))}) > 1 else ()
-        )
+        ranked_with = rank_options or ranking_options(objective.options)
+        ranking = _ranked(objective, result, ranked_with)
 
     # 3. the record
     trials_csv, trials_json = write_results(result, out)
@@ -539,6 +568,8 @@ def search_kernel(
             "config": dict(best.config),
             "label": labels.get(best.config_id, ""),
             "median_ms": best.value_ms,
+            "search_median_ms": _study_median(result, best.config_id),
+            "ranked_with": {"warmup_ms": ranked_with.warmup_ms, "budget_s": ranked_with.budget_s},
             "timed_on": best.worker,
             "ranked_on": outcome.slots[0] if outcome.ranking else None,
             "trial": best.number,

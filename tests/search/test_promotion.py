@@ -1,16 +1,20 @@
 """The search's verdicts (kopt_core.search.promotion) on constructed bench records and trial lists with
 known answers: a configuration passes only when its record is ok, correct and validly timed; a device
 that could not be used is no verdict; every other record fails with its stage and first error line; the
-fastest passing configurations are kept, fastest first, ties in trial order."""
+fastest passing configurations are kept, fastest first, ties in trial order; the contenders timed again
+before a search names its best are each worker's fastest and those within the margin of it, read on that
+worker's own times."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kopt_core.errors import HardwareError
 from kopt_core.records import BenchResult, TimingStats
 from kopt_core.records.search import TrialOutcome, TrialRecord
-from kopt_core.search.promotion import fastest_passing, first_error_line, judge
+from kopt_core.search.promotion import CONTENDER_MARGIN, contenders, fastest_passing, first_error_line, judge
 from kopt_core.search.study import StudyResult
 
 
@@ -131,8 +135,9 @@ def test_a_long_line_is_cut_to_the_limit_with_an_ellipsis():
 # ---------------------------------------------------------------------------------- fastest_passing
 
 
-def trial(number: int, value_ms: float | None, status: str = "ok") -> TrialRecord:
+def trial(number: int, value_ms: float | None, status: str = "ok", worker: str = "") -> TrialRecord:
     return TrialRecord(
+        worker=worker,
         number=number,
         config_id=f"c{number}",
         config={"T": number},
@@ -167,3 +172,84 @@ def test_a_study_result_keeps_the_same_configurations():
     result = StudyResult(study_name="s", sampler="grid", trials=TRIALS)
     assert result.best(3) == fastest_passing(TRIALS, 3)
     assert [t.number for t in result.best()] == [2]
+
+
+# ---------------------------------------------------------------------------------- contenders
+
+
+def numbers(trials) -> list[int]:
+    return [t.number for t in trials]
+
+
+def test_the_contenders_are_the_fastest_and_those_within_the_margin_of_it():
+    trials = (
+        trial(0, 1.00),
+        trial(1, 1.05),  # exactly at the margin: still a contender
+        trial(2, 1.051),  # just past it
+        trial(3, 1.02),
+        trial(4, 0.99, "failed"),  # failed: never one, however fast
+        trial(5, 3.0),
+    )
+    assert CONTENDER_MARGIN == 0.05
+    assert numbers(contenders(trials, 5)) == [0, 3, 1]
+    assert numbers(contenders(trials, 2)) == [0, 3]  # at most k
+    assert numbers(contenders(trials, 1)) == [0]
+    assert numbers(contenders(trials, 5, margin=0.0)) == [0]
+    assert numbers(contenders(trials, 5, margin=0.06)) == [0, 3, 1, 2]
+
+
+def test_a_lone_passing_configuration_is_its_own_contender_and_none_pass_means_none():
+    assert numbers(contenders([trial(0, None, "failed"), trial(1, 7.0)], 5)) == [1]
+    assert contenders([trial(0, None, "failed")], 5) == ()
+    assert contenders([], 3) == ()
+    with pytest.raises(ValueError):
+        contenders([trial(0, 1.0)], 0)
+
+
+def test_each_worker_s_contenders_are_read_on_its_own_times():
+    """Worker b's times are a hundred times faster (another GPU): its trials are not compared with a's, so
+    each worker gives its own fastest and its own near-fastest."""
+    trials = (
+        trial(0, 1.00, worker="a"),
+        trial(1, 1.03, worker="a"),
+        trial(2, 2.00, worker="a"),
+        trial(3, 0.020, worker="b"),
+        trial(4, 0.0201, worker="b"),
+        trial(5, 0.010, worker="b"),
+        trial(6, 0.5, "failed", worker="a"),
+    )
+    assert numbers(contenders(trials, 5)) == [5, 0, 1]  # b's fastest is 5; 3 and 4 are twice as slow
+    assert numbers(contenders(trials, 5, margin=1.5)) == [5, 3, 4, 0, 1, 2]
+    assert numbers(contenders(trials, 1, margin=1.5)) == [5, 0]  # k per worker
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(min_value=0.01, max_value=100.0, allow_nan=False),
+            st.sampled_from(["a", "b", "c"]),
+            st.booleans(),
+        ),
+        max_size=30,
+    ),
+    st.integers(min_value=1, max_value=6),
+    st.floats(min_value=0.0, max_value=0.5),
+)
+def test_contenders_hold_every_worker_s_fastest_and_nothing_past_its_margin(rows, k, margin):
+    trials = [
+        trial(n, value, "ok" if passed else "failed", worker)
+        for n, (value, worker, passed) in enumerate(rows)
+    ]
+    chosen = contenders(trials, k, margin)
+    assert len({t.number for t in chosen}) == len(chosen)  # none twice
+    for worker in {t.worker for t in trials if t.status == "ok"}:
+        mine = [t for t in chosen if t.worker == worker]
+        (fastest,) = fastest_passing([t for t in trials if t.worker == worker], 1)
+        assert mine and mine[0] == fastest  # every worker's fastest, first
+        assert len(mine) <= k
+        assert all(t.status == "ok" and t.value_ms <= fastest.value_ms * (1 + margin) for t in mine)
+        # and every trial of that worker within the margin is in, up to k
+        near = [t for t in fastest_passing(trials, len(trials)) if t.worker == worker]
+        near = [t for t in near if t.value_ms <= fastest.value_ms * (1 + margin)][:k]
+        assert mine == near
