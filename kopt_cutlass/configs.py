@@ -520,7 +520,17 @@ _HEAVY_REGISTER_PRESSURE = 208
 # PersistentTileSchedulerSm90StreamKParams::min_iters_per_sk_unit_: with this many K tiles per output
 # tile or fewer, the stream-K scheduler splits nothing.
 _STREAM_K_MIN_K_TILES = 8
-_WAVE_STEP = 0.05  # wave efficiency is compared in 5% steps: less is noise next to a tile's reuse
+# The estimated efficiency (``ProblemFit.efficiency``) is compared in 2% steps: closer than that, the
+# model cannot tell configurations apart, and the criteria after it decide.
+_EFFICIENCY_STEP = 0.02
+# The machine the estimate is made for, an H200 (an H100 SXM has the same SMs, clocks and L2): what
+# torch's dense fp16/bf16 GEMM reaches (769-798 TFLOP/s measured here, 2026-11-04), and the bytes a
+# second HBM moves (4.3 TB/s device-to-device, reads and writes counted). _REUSE_KNEE is the arithmetic
+# intensity, in FLOP per operand byte an SM loads from L2, above which a tile's MMAs, not its loads, set
+# its pace: that rate over Hopper's L2 bandwidth (about 7 TB/s to the SMs; a lead, not measured here).
+_GEMM_FLOPS = 780e12
+_HBM_BYTES_S = 4.3e12
+_REUSE_KNEE = 110.0
 
 _COOPERATIVE = "cutlass::gemm::KernelTmaWarpSpecializedCooperative"
 _PINGPONG = "cutlass::gemm::KernelTmaWarpSpecializedPingpong"
@@ -570,6 +580,14 @@ class ProblemFit:
     cluster_size: int
     multicast_elements: int  # operand elements a CTA gets by TMA multicast per K block
     tma_epilogue: bool
+    reuse_efficiency: float = 1.0  # the tile's FLOP per operand byte loaded over _REUSE_KNEE, at most 1
+    epilogue_efficiency: float = 1.0  # the mainloop's share of a tile's time, the epilogue not hidden
+
+    @property
+    def efficiency(self) -> float:
+        """The estimated share of the GEMM rate this configuration reaches on the problem: the waves' fill
+        times the tile's operand reuse times the mainloop's share next to an epilogue it does not hide."""
+        return self.wave_efficiency * self.reuse_efficiency * self.epilogue_efficiency
 
     @property
     def spills(self) -> bool:
@@ -591,7 +609,7 @@ class ProblemFit:
             self.spills,
             stream_k_idle,
             not self.overlapped,
-            -math.floor(self.wave_efficiency / _WAVE_STEP + 1e-9),
+            -math.floor(self.efficiency / _EFFICIENCY_STEP + 1e-9),
             -(config.tile_shape[0] * config.tile_shape[1]),
             {2: 0, 1: 2}.get(self.cluster_size, 1),
             -self.multicast_elements,
@@ -610,7 +628,8 @@ class ProblemFit:
     @property
     def reasons(self) -> str:
         """The facts of ``key`` in words: "TMA, Cooperative, 128 accumulator registers/thread, 4 waves at
-        97%, tile 128x256x64, cluster 2x1x1 (multicast 8192 elements/k-block), TMA epilogue"."""
+        97%, tile 128x256x64, cluster 2x1x1 (multicast 8192 elements/k-block), TMA epilogue, estimated
+        89% (reuse 100%, epilogue 96%)"."""
         config = self.config
         schedule = _last(effective_kernel_schedule(config))
         kind = next(
@@ -628,6 +647,10 @@ class ProblemFit:
             f"cluster {_shape(config.cluster_shape)} (multicast {self.multicast_elements} elements/k-block)"
         )
         parts.append("TMA epilogue" if self.tma_epilogue else "epilogue without shared memory")
+        parts.append(
+            f"estimated {self.efficiency:.0%} (reuse {self.reuse_efficiency:.0%}, "
+            f"epilogue {self.epilogue_efficiency:.0%})"
+        )
         return ", ".join(parts)
 
 
@@ -666,6 +689,18 @@ def problem_fit(
     multicast = (cluster_m - 1) * tile_n * tile_k // cluster_m + (
         cluster_n - 1
     ) * tile_m * tile_k // cluster_n
+    # reuse: the MMA FLOPs of a K block over the operand bytes the CTA itself loads for it (A's tile is
+    # shared by the cluster's CTAs along N, B's by those along M)
+    operand_bits = (_ELEMENT_BITS.get(config.element_a, 16) + _ELEMENT_BITS.get(config.element_b, 16)) / 2
+    loaded_bytes = (tile_m / cluster_n + tile_n / cluster_m) * tile_k * operand_bits / 8
+    intensity = 2 * tile_m * tile_n * tile_k / loaded_bytes
+    reuse = min(1.0, intensity / _REUSE_KNEE)
+    # the epilogue: a tile's output written to HBM against its mainloop's MMAs (at the reuse-bound
+    # rate). The tile's size cancels: out_bytes * GEMM rate / (2 K * bandwidth), per output element.
+    # Pingpong runs one consumer's epilogue beside the other's MMAs and hides it; the others do not.
+    out_bits = _ELEMENT_BITS.get(config.element_c, 16)
+    exposed = (out_bits / 8) * _GEMM_FLOPS * reuse / (2 * K * _HBM_BYTES_S)
+    epilogue = 1.0 if "Pingpong" in schedule else 1.0 / (1.0 + exposed)
     return ProblemFit(
         config=config,
         tma="KernelTma" in schedule,
@@ -679,6 +714,8 @@ def problem_fit(
         cluster_size=cluster_m * cluster_n * cluster_k,
         multicast_elements=multicast,
         tma_epilogue=_last(effective_epilogue_schedule(config)).startswith("TmaWarpSpecialized"),
+        reuse_efficiency=reuse,
+        epilogue_efficiency=epilogue,
     )
 
 
@@ -699,9 +736,14 @@ def rank_for_problem(
     4. a Cooperative or Pingpong schedule before the plain warp-specialized one: they are persistent,
        their producer warp group loads the next tile during the epilogue (Pingpong also runs one
        consumer's epilogue beside the other's MMAs); the plain one computes one tile per CTA;
-    5. higher wave efficiency, in 5% steps: output tiles (the grid rounded up to whole clusters) over
-       waves * ``sm_count`` CTAs; 1.0 for stream-K that splits;
-    6. a larger CTA tile (more reuse per byte loaded; 2. already put tiles too large for registers last);
+    5. a higher estimated efficiency (``ProblemFit.efficiency``), in 2% steps: the product of the wave
+       efficiency (output tiles, the grid rounded up to whole clusters, over waves * ``sm_count`` CTAs;
+       1.0 for stream-K that splits), the tile's operand reuse (its MMA FLOPs per operand byte the CTA
+       loads, multicast shares counted, over the intensity at which MMAs and not loads set the pace,
+       at most 1) and the mainloop's share of a tile's time next to an epilogue it does not hide
+       (Pingpong hides it; elsewhere writing the output costs about 180 / K of the mainloop, which
+       matters at small K);
+    6. a larger CTA tile (2. already put tiles too large for registers last);
     7. a 2-CTA cluster (TMA multicast of one operand) before larger clusters (that many CTAs must be
        co-scheduled on one GPC), before none; then more multicast elements (the cluster along the
        dimension whose shared operand tile is larger);
@@ -745,6 +787,45 @@ def seed_order(
     fits = {config.id: problem_fit(config, M, N, K, sm_count) for config in configs}
     ranked = [fit.config for fit in sorted(fits.values(), key=lambda fit: fit.key)]
     return diverse_order(ranked, tier=lambda config: fits[config.id].tier)
+
+
+def config_distance(a: CutlassGemmConfig, b: CutlassGemmConfig) -> float:
+    """How far apart two configurations are, for a search that proposes near its best so far: octaves
+    between their tile extents and cluster extents, plus one for each schedule (the kernel schedule and
+    the epilogue schedule as CUTLASS builds them, the tile scheduler) that differs and a half for the
+    stages or the alignment. 0 only for the same kernel as CUTLASS
+    builds it (an Auto schedule and the one it resolves to are one)."""
+    octaves = sum(
+        abs(math.log2(x / y))
+        for x, y in zip(a.tile_shape + a.cluster_shape, b.tile_shape + b.cluster_shape, strict=True)
+    )
+    schedules = sum(
+        x != y
+        for x, y in (
+            (effective_kernel_schedule(a), effective_kernel_schedule(b)),
+            (effective_epilogue_schedule(a), effective_epilogue_schedule(b)),
+            (a.tile_scheduler, b.tile_scheduler),
+        )
+    )
+    details = 0.5 * (a.stages != b.stages) + 0.5 * (
+        (a.alignment_a, a.alignment_b) != (b.alignment_a, b.alignment_b)
+    )
+    return octaves + schedules + details
+
+
+def nearest(
+    ranked: Sequence[CutlassGemmConfig], best: CutlassGemmConfig | None, skip: Iterable[str] = ()
+) -> CutlassGemmConfig | None:
+    """The configuration of ``ranked`` (best-first by the prior, ``seed_order``) to try next: with no
+    ``best`` so far the first not in ``skip`` (ids evaluated or in flight), else the one nearest ``best``
+    (``config_distance``), ties to the prior's order; None when every one is skipped."""
+    skipped = set(skip)
+    left = [(index, config) for index, config in enumerate(ranked) if config.id not in skipped]
+    if not left:
+        return None
+    if best is None:
+        return left[0][1]
+    return min(left, key=lambda item: (config_distance(best, item[1]), item[0]))[1]
 
 
 # --- kernels ------------------------------------------------------------------------------------------

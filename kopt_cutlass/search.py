@@ -10,7 +10,10 @@ A CUTLASS GEMM kernel declares, in one line, the problem kind whose CUTLASS conf
 (``kopt_cutlass.configs.filter_for_problem``); a configuration is written by
 ``kopt_cutlass.configs.render_kernel``, with the declaration kept at its end so the written kernel can be
 searched again. The space has a prior: its best-ranked configurations for the problem
-(``kopt_cutlass.configs.seed_order``), which a fresh study evaluates before its sampler proposes any.
+(``kopt_cutlass.configs.seed_order``), which a fresh study evaluates before its sampler proposes any;
+and a neighbourhood (``near``): after the seeds, the ``near`` sampler (``auto``'s choice here) proposes the
+unevaluated configuration nearest the best so far (``kopt_cutlass.configs.nearest``), not one at random
+across the listing.
 
 A file without the line is the core's to read (``// kopt:space`` lines).
 """
@@ -18,7 +21,7 @@ A file without the line is the core's to read (``// kopt:space`` lines).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +29,14 @@ from attrs import field, frozen
 
 from kopt_core.errors import ConfigError
 from kopt_core.records.fields import as_tuple
-from kopt_core.records.search import Config, Parameter, Space
-from kopt_core.search.variants import write_variant
+from kopt_core.records.search import Config, Parameter, Space, TrialRecord
+from kopt_core.search.promotion import fastest_passing
+from kopt_core.search.variants import config_id, write_variant
 from kopt_cutlass.configs import (
     CutlassGemmConfig,
     enumerate_sm90_gemms,
     filter_for_problem,
+    nearest,
     render_kernel,
     seed_order,
 )
@@ -64,6 +69,21 @@ class CutlassGemmSpace:
             return ()
         M, N, K = self.problem
         return tuple({CONFIG_PARAMETER: config.id} for config in seed_order(self.configs, M, N, K)[:count])
+
+    def near(self, evaluated: Sequence[TrialRecord], busy: set[str]) -> Config | None:
+        """The configuration to evaluate next (the ``near`` sampler): the unevaluated one nearest the
+        fastest passing so far (``kopt_cutlass.configs.nearest``, ties to the prior's order), the prior's
+        next one while none has passed; never one evaluated or in ``busy``; None when none is left.
+        ``evaluated`` and ``busy`` hold the study's configuration ids (``config_id({"config": id})``)."""
+        if self.problem is None:
+            return None
+        skip = {r.config_id for r in evaluated} | set(busy)
+        ranked = seed_order(self.configs, *self.problem)
+        skipped = [config.id for config in ranked if config_id({CONFIG_PARAMETER: config.id}) in skip]
+        fastest = fastest_passing(evaluated, 1)
+        best = self.config_of(fastest[0].config) if fastest else None
+        chosen = nearest(ranked, best, skipped)
+        return None if chosen is None else {CONFIG_PARAMETER: chosen.id}
 
     @property
     def identity(self) -> str:

@@ -360,8 +360,22 @@ def test_problem_fit_reads_cutlass_facts():
     assert fit.tma and fit.overlapped and fit.tma_epilogue and not fit.spills and not fit.stream_k
     assert fit.reasons == (
         "TMA, Cooperative, 128 accumulator registers/thread, 4 waves at 97%, tile 128x256x64, "
-        "cluster 2x1x1 (multicast 8192 elements/k-block), TMA epilogue"
+        "cluster 2x1x1 (multicast 8192 elements/k-block), TMA epilogue, estimated 93% (reuse 100%, "
+        "epilogue 96%)"
     )
+    # reuse: 2 * 128 * 256 * 64 FLOPs per K block over (128 + 256 / 2) * 64 fp16 bytes loaded (the cluster
+    # along M shares B) is 128 FLOP/byte, past the knee of 110; the epilogue writes 2 bytes per output
+    # element against 2 K FLOPs of MMAs: 780e12 * 2 / (2 * 4096 * 4.3e12) = 4.4% of the mainloop
+    assert fit.reuse_efficiency == 1.0
+    assert fit.epilogue_efficiency == pytest.approx(1 / (1 + 2 * 780e12 / (2 * 4096 * 4.3e12)))
+    assert fit.efficiency == pytest.approx(fit.wave_efficiency * fit.epilogue_efficiency)
+    # the epilogue matters more at small K, and not at all where Pingpong hides it
+    assert problem_fit(wide, 4096, 4096, 1024).epilogue_efficiency < fit.epilogue_efficiency
+    small = _only(configs, tile_shape=(128, 128, 64), cluster_shape=(2, 1, 1), **tma)
+    # 2 * 128 * 128 * 64 FLOPs over (128 + 128 / 2) * 64 * 2 bytes: 85 FLOP/byte, 85 / 110 of the MMA rate
+    assert problem_fit(small, 4096, 4096, 4096).reuse_efficiency == pytest.approx(2 * 128 * 128 / 384 / 110)
+    alone = attrs.evolve(small, cluster_shape=(1, 1, 1))  # no multicast: 64 FLOP/byte
+    assert problem_fit(alone, 4096, 4096, 4096).reuse_efficiency == pytest.approx(64 / 110)
     # 33 tile rows: the cluster of two pads the grid to 34
     padded = problem_fit(wide, 33 * 128, 4096, 4096)
     assert (padded.tiles, padded.waves, padded.wave_efficiency) == (34 * 16, 5, 33 * 16 / (5 * 132))
@@ -381,6 +395,7 @@ def test_problem_fit_reads_cutlass_facts():
         epilogue_schedule=TMA_EPILOGUE,
     )
     assert problem_fit(pingpong, 4096, 4096, 4096).spills  # one warp group holds the whole tile
+    assert problem_fit(pingpong, 4096, 4096, 1024).epilogue_efficiency == 1.0
     # the stream-K heuristic: 198 tiles leave a last wave exactly half full (data-parallel), 180 one
     # under half full (split)
     stream_k = _only(

@@ -44,7 +44,7 @@ OPTIONS = {
         "seconds of search in this iteration, checked between batches (a batch that started is finished; "
         "default: none)"
     ),
-    "sampler": f"the study's sampler: {', '.join(SAMPLERS)} (default tpe)",
+    "sampler": f"the study's sampler: {', '.join(SAMPLERS)} (default auto)",
     "storage": "an Optuna RDB URL shared by the run's iterations, e.g. sqlite:////abs/path/search.db "
     "(default: iterv{i}/search/search.db)",
 }

@@ -39,9 +39,13 @@ Config: TypeAlias = dict[str, Value]
 SpaceKind: TypeAlias = str
 
 # The study's samplers (kopt_core.search.study), as the CLI and the search generator offer them.
-SamplerName = Literal["tpe", "grid", "random", "cmaes"]
-SAMPLERS: tuple[SamplerName, ...] = ("tpe", "grid", "random", "cmaes")
-DEFAULT_SAMPLER: SamplerName = "tpe"  # what `kopt search`, the search generator and run_study use unless told
+# "near": after the prior's seeds, the unevaluated configuration nearest the best so far, as the space
+# measures nearness (a CUTLASS GEMM space does); TPE once none is left. "auto": near for a space that has
+# a neighbourhood, TPE for the others.
+SamplerName = Literal["auto", "near", "tpe", "grid", "random", "cmaes"]
+SAMPLERS: tuple[SamplerName, ...] = ("auto", "near", "tpe", "grid", "random", "cmaes")
+# what `kopt search`, the search generator and run_study use unless told
+DEFAULT_SAMPLER: SamplerName = "auto"
 DEFAULT_TRIALS = 24  # configurations a search evaluates when given neither a budget nor a time limit
 
 _FUNCTIONS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs}
@@ -377,5 +381,7 @@ class TrialRecord:
     value_ms: float | None
     detail: str
     seconds: float  # how long the objective took
-    seeded: str = ""  # "prior" when the configuration was one of run_study's ``first``, else ""
+    # where the configuration came from: "prior" (one of run_study's ``first``), "near best" (the near
+    # sampler's proposal), "" (the sampler's)
+    seeded: str = ""
     worker: str = ""  # the executor's slot that timed it ("" before there were executors)

@@ -38,6 +38,10 @@ How a study stays correct across kills and resumes:
   one keeps its waiting seeds (asked first, as ever) and its evaluations, so no configuration is lost or
   evaluated twice. A kill while the seeds are being enqueued (milliseconds) leaves the study with the
   seeds enqueued so far.
+- ``sampler="near"`` (``"auto"`` when ``near`` is given): after the seeds, each proposal is ``near``'s
+  answer (the space's unevaluated configuration nearest the best so far), enqueued and marked
+  ``kopt_seeded`` = ``near best``; TPE proposes once ``near`` has nothing left. ``"auto"`` without ``near``
+  is TPE.
 - ``sampler="grid"`` evaluates every valid point once, in a seeded permutation of the grid (so a time
   budget that ends it early has sampled the whole grid, not one corner), by enqueueing each point.
 - ``trials`` is the study's budget of evaluations in total, across resumes (a study of 50 killed after 30
@@ -122,6 +126,7 @@ REQUEUED_FROM = "kopt_requeued_from"
 WORKER = "kopt_worker"  # the executor's slot that timed it ("local", "cuda:1", "ray:<node>/gpu0")
 SEEDED = "kopt_seeded"  # "prior": enqueued from run_study's ``first``, before the sampler proposed anything
 PRIOR = "prior"
+NEAR = "near best"  # kopt_seeded of the near sampler's proposals
 # the states each kopt_status is told with
 TOLD = {
     "ok": (TrialState.COMPLETE,),
@@ -136,6 +141,9 @@ STUDY_ENCODING = "kopt_encoding"
 
 
 Objective = Callable[[Config], TrialOutcome]
+# near(evaluated, busy): the configuration to evaluate next given the study's evaluations and the
+# configuration ids being evaluated or proposed now (never one of either), or None when it has none left
+Near = Callable[[Sequence[TrialRecord], set[str]], Config | None]
 
 
 def workers_of(objective: Objective) -> int:
@@ -175,7 +183,7 @@ class StudyResult:
     @property
     def seeded(self) -> int:
         """Evaluated configurations that were seeds (``first``), not the sampler's proposals."""
-        return sum(1 for t in self.trials if t.seeded)
+        return sum(1 for t in self.trials if t.seeded == PRIOR)
 
     @property
     def trials_per_minute(self) -> float:
@@ -201,6 +209,7 @@ def run_study(
     first: Sequence[Mapping[str, Value]] = (),
     join: bool = False,
     heartbeat_s: int = HEARTBEAT_S,
+    near: Near | None = None,
 ) -> StudyResult:
     """Search ``space`` for the configuration with the lowest ``objective`` time, resuming the study
     ``study_name`` in ``storage`` if it exists. Stops at ``trials`` evaluations in the study, after
@@ -211,9 +220,11 @@ def run_study(
     is never seeded here, and its sampler and grid order take a seed made of ``seed`` and this process,
     so that it does not propose what the first worker proposes). ``heartbeat_s``: how often this call
     tells the storage that its trials are alive; a trial silent for ``GRACE_BEATS`` beats is failed and
-    retried by whichever worker notices.
-    ConfigError for a bad sampler, budget or storage, a point of ``first`` outside the space, a study
-    that holds a different space, or one to join that does not exist."""
+    retried by whichever worker notices. ``near``: the space's neighbourhood, for the ``near`` and
+    ``auto`` samplers (the module docstring).
+    ConfigError for a bad sampler (``near`` without a neighbourhood), budget or storage, a point of
+    ``first`` outside the space, a study that holds a different space, or one to join that does not
+    exist."""
     if trials is not None and trials < 0:
         raise ConfigError(f"the trial budget must be >= 0, not {trials}")
     if time_budget_s is not None and not time_budget_s > 0:
@@ -223,6 +234,14 @@ def run_study(
         raise ConfigError(f"the heartbeat must be at least 1 second, not {heartbeat_s}")
     if join:  # the same seed would propose, in turn, what the first worker proposed: all duplicates
         seed = random.Random(f"{seed}/{_process_owner()}").randrange(1 << 32)
+    if sampler == "auto":
+        sampler = "near" if near is not None else "tpe"
+    if sampler == "near" and near is None:
+        raise ConfigError(
+            "the near sampler needs a space that says which configurations are near each other (a CUTLASS "
+            "GEMM declaration's); this one does not",
+            hint="use the auto or tpe sampler",
+        )
     chosen, encoding = _make_sampler(sampler, seed)
     started = time.monotonic()
     with _quiet_optuna():
@@ -245,6 +264,7 @@ def run_study(
                 load_if_exists=True,
             )
         session = _Session(space, study, backend, encoding, grid=sampler == "grid", seed=seed)
+        session.near = near if sampler == "near" else None
         session.check_study()
         with _Heartbeat(backend, heartbeat_s) as beat:
             session.beat = beat
@@ -346,6 +366,7 @@ class _Session:
         self.full = False  # the last proposal found the budget taken by earlier trials (``_race``)
         self.best: float | None = None
         self.order = _grid_order(space.size, seed)
+        self.near: Near | None = None  # the near sampler's proposals (run_study sets it)
 
     def check_study(self) -> None:
         """A study holds one space with one encoding; refuse to mix in another."""
@@ -515,6 +536,13 @@ class _Session:
                 if point is None:
                     return proposals, True
                 self.study.enqueue_trial(_encode(self.space, self.encoding, point))
+            elif self.near is not None and not self._waiting():
+                busy = set(self.in_flight) | set(self.pending) | {p.identifier for p in proposals}
+                point = self.near(tuple(self.seen.values()), busy)
+                if point is not None:
+                    self.study.enqueue_trial(
+                        _encode(self.space, self.encoding, point), user_attrs={SEEDED: NEAR}
+                    )
             proposal = self._propose(self.study.ask(self.distributions))
             if proposal is not None:
                 proposals.append(proposal)
@@ -816,7 +844,7 @@ def _result_of(
 
 
 def _make_sampler(name: str, seed: int) -> tuple[BaseSampler, Encoding]:
-    if name == "tpe":
+    if name in ("tpe", "near"):  # near: TPE proposes once the neighbourhood has nothing left
         return optuna.samplers.TPESampler(seed=seed), "values"
     if name in ("random", "grid"):  # grid: every point is enqueued, the sampler is never asked
         return optuna.samplers.RandomSampler(seed=seed), "values"
