@@ -4,6 +4,11 @@ Each program computes one 128x128 tile of C, stepping through K 64 columns at a 
 ordered in groups of GROUP_M tile-rows ("grouped ordering", as in Triton's matmul tutorial): programs
 that run at the same time share tiles of A and B, so more of them hit in L2. On sm_90 tl.dot becomes
 warpgroup MMA instructions (HGMMA in the SASS).
+
+The tile, the K step, the grouping, the warps and the software pipeline's depth are declared as the
+space ``kopt search`` walks (``kopt_space``; the values below are the kernel as given). The constraints
+keep what fits a Hopper SM: the stages' tiles of A and B in shared memory (at most 227 KiB per block),
+and at most 128 fp32 accumulators per thread (beyond that the tile spills its registers).
 """
 
 import os
@@ -14,9 +19,25 @@ import triton.language as tl
 
 DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
 
-BLOCK_M, BLOCK_N, BLOCK_K = 128, 128, 64
+kopt_space = {
+    "BLOCK_M": [64, 128, 256],
+    "BLOCK_N": [64, 128, 256],
+    "BLOCK_K": [32, 64, 128],
+    "GROUP_M": [1, 4, 8, 16],
+    "NUM_WARPS": [4, 8],
+    "NUM_STAGES": [2, 3, 4, 5],
+}
+kopt_constraint = [
+    "(BLOCK_M + BLOCK_N) * BLOCK_K * 2 * NUM_STAGES <= 227 * 1024",
+    "BLOCK_M * BLOCK_N // (NUM_WARPS * 32) <= 128",
+]
+
+BLOCK_M = 128
+BLOCK_N = 128
+BLOCK_K = 64
 GROUP_M = 8
-NUM_WARPS, NUM_STAGES = 8, 3  # two warpgroups per tile; three K-steps of A and B in flight (96 KiB of smem)
+NUM_WARPS = 8  # two warpgroups per tile
+NUM_STAGES = 3  # three K-steps of A and B in flight (96 KiB of shared memory)
 
 
 @triton.jit
