@@ -47,12 +47,14 @@ from kopt_core.records.search import (
 CU_SUFFIXES = (".cu", ".cuh")
 SPACE_VARIABLE = "kopt_space"
 CONSTRAINT_VARIABLE = "kopt_constraint"
+SEEDS_VARIABLE = "kopt_seeds"
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CXX_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*")
 _FLOAT = re.compile(r"[+-]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?")
 _CU_SPACE = re.compile(r"^\s*//\s*kopt:space\b(?P<body>.*)$")
 _CU_CONSTRAINT = re.compile(r"^\s*//\s*kopt:constraint\b(?P<body>.*)$")
+_CU_SEED = re.compile(r"^\s*//\s*kopt:seed\b(?P<body>.*)$")
 
 SPACE_HINT = (
     "declare the tunables: in a .cu file `// kopt:space BLOCK_M = [64, 128]` lines (read as macros), in a "
@@ -148,6 +150,8 @@ def parse_cu_space(text: str, source: str = "<source>") -> Space:
         elif match := _CU_CONSTRAINT.match(line):
             constraints.append((match.group("body"), number))
             declaration_lines.add(number)
+        elif _CU_SEED.match(line):
+            declaration_lines.add(number)
     if not parameters:
         raise ConfigError(f"{source}: no `// kopt:space NAME = [values]` lines", hint=SPACE_HINT)
     _check_macro_use(text, source, parameters, declaration_lines)
@@ -223,6 +227,29 @@ def _cu_value(text: str, position: int, name: str, where: str) -> tuple[Any, int
         f"{where}: cannot read the value `{token}` of {name}",
         hint="a value is an integer, a float, an identifier (cutlass::Foo) or a quoted string",
     )
+
+
+def cu_seeds(text: str, source: str = "<source>") -> list[tuple[dict[str, Any], int]]:
+    """The ``// kopt:seed NAME=VALUE ...`` lines of a CUDA/CUTLASS source: the configurations its author
+    knows to be good, tried first (values as in ``// kopt:space`` lists), with their line numbers."""
+    seeds = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        match = _CU_SEED.match(line)
+        if not match:
+            continue
+        where = f"{source}:{number}"
+        config: dict[str, Any] = {}
+        for token in match.group("body").split("//")[0].split():
+            name, equals, value = token.partition("=")
+            if not equals or not name or not value:
+                raise ConfigError(f"{where}: `{token}` is not NAME=VALUE", hint="// kopt:seed BM=128 BN=64")
+            if name in config:
+                raise ConfigError(f"{where}: {name} is given twice")
+            config[name] = _cu_value(value, 0, name, where)[0]
+        if not config:
+            raise ConfigError(f"{where}: an empty `// kopt:seed` line", hint="// kopt:seed BM=128 BN=64")
+        seeds.append((config, number))
+    return seeds
 
 
 def _check_macro_use(text: str, source: str, parameters: list[Parameter], skip: set[int]) -> None:
@@ -360,6 +387,32 @@ def _literal(node: ast.expr, where: str, what: str) -> Any:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         raise ConfigError(f"{where}: {what} must be a literal, not `{ast.unparse(node)}`") from None
+
+
+def py_seeds(text: str, source: str = "<source>") -> list[tuple[dict[str, Any], int]]:
+    """A Python file's ``kopt_seeds`` (a literal list of configurations, each a dict of every parameter's
+    value): the configurations its author knows to be good, tried first, with their line numbers."""
+    try:
+        tree = parse_module(text, source)
+    except SyntaxError:
+        return []  # parse_py_space says what is wrong with the file
+    node = _single_assignment(tree, SEEDS_VARIABLE, source)
+    if node is None:
+        return []
+    where = f"{source}:{node.lineno}"
+    if not isinstance(node, (ast.List, ast.Tuple)):
+        raise ConfigError(
+            f"{where}: kopt_seeds must be a list of dicts", hint='kopt_seeds = [{"BLOCK_M": 128}]'
+        )
+    seeds = []
+    for element in node.elts:
+        value = _literal(element, f"{source}:{element.lineno}", "a kopt_seeds entry")
+        if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
+            raise ConfigError(
+                f"{source}:{element.lineno}: a kopt_seeds entry must be a dict of parameter values"
+            )
+        seeds.append((value, element.lineno))
+    return seeds
 
 
 def py_constraints(tree: ast.Module, source: str) -> list[tuple[str, int]]:

@@ -11,7 +11,8 @@
 
 ``DeclaredSpace`` is the core's search source (``kopt_core.records.search.SearchSource``): the space a
 kernel declares in the ways ``kopt_core.search.space`` reads, written by this module; ``declared_space``
-reads it from a kernel's text (a ``.cu`` variant kopt wrote included: ``strip_variant``).
+reads it from a kernel's text (a ``.cu`` variant kopt wrote included: ``strip_variant``), with the seeds
+it declares (its prior) and, when it has seeds, a neighbourhood for the ``near`` sampler.
 
 Each configuration has a stable short id: the first 10 hex digits of the sha256 of its canonical JSON
 (keys sorted, no spaces), so ``{"A": 1, "B": 2}`` and ``{"B": 2, "A": 1}`` share an id while ``1`` and
@@ -23,18 +24,27 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from attrs import frozen
+from attrs import field, frozen
 
 from kopt_core.errors import ConfigError
 from kopt_core.jsonio import write_json, write_text_atomic
 from kopt_core.pysource import parse_module
-from kopt_core.records.search import Config, Space, Value
+from kopt_core.records.fields import as_tuple
+from kopt_core.records.search import Config, Space, TrialRecord, Value
 from kopt_core.records.versions import VARIANT_SCHEMA_VERSION
-from kopt_core.search.space import CU_SUFFIXES, module_assignments, parse_cu_space, parse_py_space
+from kopt_core.search.promotion import fastest_passing
+from kopt_core.search.space import (
+    CU_SUFFIXES,
+    cu_seeds,
+    module_assignments,
+    parse_cu_space,
+    parse_py_space,
+    py_seeds,
+)
 
 CONFIG_FILE = "config.json"
 # What _render_cu adds to a .cu file: a header, one #define per parameter, a #line.
@@ -117,9 +127,12 @@ def config_label(config: Mapping[str, Any]) -> str:
 
 @frozen
 class DeclaredSpace:
-    """The space a kernel declares in its source; variants are this module's."""
+    """The space a kernel declares in its source; variants are this module's. ``seeds``: the
+    configurations it declares to try first (``// kopt:seed`` lines, ``kopt_seeds``), its prior; a space
+    with seeds also has a neighbourhood, walked by the ``near`` sampler after them."""
 
     space: Space
+    seeds: tuple[Config, ...] = field(default=(), converter=as_tuple)
 
     @property
     def identity(self) -> str:
@@ -131,16 +144,95 @@ class DeclaredSpace:
     def label(self, config: Mapping[str, Any]) -> str:
         return config_label(config)
 
+    def prior(self, count: int) -> tuple[Config, ...]:
+        """The first ``count`` declared seeds, in the order written."""
+        return self.seeds[: max(count, 0)]
+
+    def near(self, evaluated: Sequence[TrialRecord], busy: set[str]) -> Config | None:
+        """With declared seeds, the configuration to evaluate next (the ``near`` sampler): the next seed
+        not yet evaluated nor ``busy`` while none has passed, else the valid unevaluated point nearest the
+        fastest passing one (``point_distance``; ties to the earlier point of the space's order); None
+        without seeds (the sampler proposes) or when no point is left within reach."""
+        if not self.seeds:
+            return None
+        skip = {record.config_id for record in evaluated} | set(busy)
+        fastest = fastest_passing(evaluated, 1)
+        if not fastest:
+            return next((seed for seed in self.seeds if config_id(seed) not in skip), None)
+        best = fastest[0].config
+        chosen: tuple[float, Config] | None = None
+        for point in self._reachable(best):
+            if config_id(point) in skip:
+                continue
+            distance = point_distance(self.space, best, point)
+            if chosen is None or distance < chosen[0]:
+                chosen = (distance, point)
+        return None if chosen is None else chosen[1]
+
+    def _reachable(self, best: Mapping[str, Value]) -> Iterator[Config]:
+        """The valid points the neighbourhood looks at: every one of a space of up to ``NEAR_SCAN``
+        points, else those one value away from ``best`` in one or two parameters."""
+        if self.space.size <= NEAR_SCAN:
+            yield from self.space.valid_points()
+            return
+        index = {p.name: p.values.index(best[p.name]) for p in self.space.parameters}
+        steps = [(p, d) for p in self.space.parameters for d in (-1, 1)]
+        moves = [[step] for step in steps] + [
+            [a, b] for i, a in enumerate(steps) for b in steps[i + 1 :] if a[0].name != b[0].name
+        ]
+        for move in moves:
+            point = dict(best)
+            for parameter, delta in move:
+                at = index[parameter.name] + delta
+                if not 0 <= at < len(parameter.values):
+                    break
+                point[parameter.name] = parameter.values[at]
+            else:
+                if self.space.is_valid(point):
+                    yield {name: point[name] for name in self.space.names}
+
+
+NEAR_SCAN = 100_000  # spaces up to this many points are scanned whole for the nearest point
+
+
+def point_distance(space: Space, a: Mapping[str, Value], b: Mapping[str, Value]) -> int:
+    """Steps between two points of ``space``: over its parameters, how far apart their values are in
+    the parameter's declared list (64 -> 256 in [64, 128, 256] is 2)."""
+    return sum(abs(p.values.index(a[p.name]) - p.values.index(b[p.name])) for p in space.parameters)
+
+
+def declared_seeds(space: Space, seeds: Sequence[tuple[Mapping[str, Any], int]]) -> tuple[Config, ...]:
+    """``seeds`` ((configuration, line) pairs, as read) checked against ``space``: each a point of it
+    that breaks no constraint, none twice. ConfigError (file:line) otherwise."""
+    checked: list[Config] = []
+    for config, line in seeds:
+        where = f"{space.source}:{line}"
+        try:
+            point = check_config(space, config)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: seed {dict(config)}: {exc.message}") from None
+        reason = space.rejection(point)
+        if reason is not None:
+            raise ConfigError(f"{where}: seed {dict(config)} {reason}")
+        if point in checked:
+            raise ConfigError(f"{where}: seed {dict(config)} is given twice")
+        checked.append(point)
+    return tuple(checked)
+
 
 def declared_space(path: str | Path, text: str) -> DeclaredSpace:
     """The space ``path`` (whose text is ``text``) declares as the core reads it: ``// kopt:space`` lines
-    (also in a variant kopt wrote: its added ``#define`` lines are read past) or ``kopt_space``.
-    ConfigError when it declares none (hint ``SPACE_HINT``) or a bad one."""
+    (also in a variant kopt wrote: its added ``#define`` lines are read past) or ``kopt_space``, with its
+    seeds (``// kopt:seed`` lines, ``kopt_seeds``). ConfigError when it declares none (hint
+    ``SPACE_HINT``) or a bad one."""
     path = Path(path)
     if path.suffix in CU_SUFFIXES:
-        return DeclaredSpace(parse_cu_space(strip_variant(text), str(path)))
+        body = strip_variant(text)
+        space = parse_cu_space(body, str(path))
+        return DeclaredSpace(space, declared_seeds(space, cu_seeds(body, str(path))))
     if path.suffix == ".py":
-        return DeclaredSpace(parse_py_space(text, str(path)))
+        space = parse_py_space(text, str(path))
+        return DeclaredSpace(space, declared_seeds(space, py_seeds(text, str(path))))
     raise ConfigError(f"{path}: kopt reads a search space from .cu, .cuh or .py files, not {path.suffix!r}")
 
 

@@ -8,7 +8,8 @@ warpgroup MMA instructions (HGMMA in the SASS).
 The tile, the K step, the grouping, the warps and the software pipeline's depth are declared as the
 space ``kopt search`` walks (``kopt_space``; the values below are the kernel as given). The constraints
 keep what fits a Hopper SM: the stages' tiles of A and B in shared memory (at most 227 KiB per block),
-and at most 128 fp32 accumulators per thread (beyond that the tile spills its registers).
+and at most 128 fp32 accumulators per thread (beyond that the tile spills its registers). Its seeds
+(``kopt_seeds``) are tried first.
 """
 
 import os
@@ -30,6 +31,19 @@ kopt_space = {
 kopt_constraint = [
     "(BLOCK_M + BLOCK_N) * BLOCK_K * 2 * NUM_STAGES <= 227 * 1024",
     "BLOCK_M * BLOCK_N // (NUM_WARPS * 32) <= 128",
+]
+# Tried first (the search's prior): the eight configurations examples/triton/matmul_autotune lists, the
+# tile shapes Triton's matmul tutorial tunes over and the Hopper ones; the near sampler then walks one
+# value at a time from the fastest of them.
+kopt_seeds = [
+    {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "NUM_WARPS": 8, "NUM_STAGES": 3},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "NUM_WARPS": 8, "NUM_STAGES": 3},
+    {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "NUM_WARPS": 8, "NUM_STAGES": 3},
+    {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "NUM_WARPS": 8, "NUM_STAGES": 4},
+    {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "NUM_WARPS": 4, "NUM_STAGES": 4},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "NUM_WARPS": 4, "NUM_STAGES": 4},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "NUM_WARPS": 8, "NUM_STAGES": 4},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "NUM_WARPS": 4, "NUM_STAGES": 4},
 ]
 
 BLOCK_M = 128
