@@ -7,6 +7,7 @@ worker's own times."""
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -99,6 +100,16 @@ def test_an_ok_record_that_is_not_correct_and_validly_timed_fails(changes, detai
 def test_a_record_that_is_not_ok_fails_with_its_stage_and_first_error_line(changes, detail):
     # the record still carries a valid-looking timing: only the status decides
     assert judge(record(**changes)) == TrialOutcome("failed", detail=detail)
+
+
+def test_a_caught_cheat_is_named_after_the_reason():
+    cheat = attrs.evolve(
+        record(status="failed", stage="correctness", error="y: 3 of 16 wrong"), violation="input_stash"
+    )
+    assert judge(cheat) == TrialOutcome("failed", detail="correctness: y: 3 of 16 wrong [input_stash]")
+    assert judge(record(status="failed", stage="correctness", error="y: 3 of 16 wrong")).detail == (
+        "correctness: y: 3 of 16 wrong"
+    )
 
 
 def test_a_device_the_worker_could_not_use_is_no_verdict_on_the_configuration():
@@ -202,7 +213,7 @@ def test_a_lone_passing_configuration_is_its_own_contender_and_none_pass_means_n
     assert numbers(contenders([trial(0, None, "failed"), trial(1, 7.0)], 5)) == [1]
     assert contenders([trial(0, None, "failed")], 5) == ()
     assert contenders([], 3) == ()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="k must be at least 1, got 0"):
         contenders([trial(0, 1.0)], 0)
 
 
