@@ -87,7 +87,7 @@ def kopt(*args: str, cwd: Path, timeout: float) -> tuple[int, dict]:
     return ran.returncode, envelope
 
 
-def sweep_one(name: str, shape: str, out: Path, trials: int, timeout: float) -> dict:
+def sweep_one(name: str, shape: str, out: Path, trials: int, timeout: float, compile_jobs: str) -> dict:
     """One search at one shape, then its best against torch; the row (an ``error`` when a step failed)."""
     kernel, ref, torch_ref, _, target = SEARCHES[name]
     folder = out / f"{name}_{shape}"
@@ -95,7 +95,8 @@ def sweep_one(name: str, shape: str, out: Path, trials: int, timeout: float) -> 
     started = time.monotonic()
     code, envelope = kopt(
         "search", str(REPO / kernel), "--ref", str(REPO / ref), *dims_of(shape),
-        "--trials", str(trials), "--out", str(folder), cwd=out, timeout=timeout,
+        "--trials", str(trials), "--out", str(folder), "--compile-jobs", compile_jobs, cwd=out,
+        timeout=timeout,
     )  # fmt: skip
     row["search_s"] = round(time.monotonic() - started, 1)
     result = envelope.get("result") or {}
@@ -161,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", help="comma-separated MxNxK (default: each search's own set)")
     parser.add_argument("--trials", type=int, help="each search's trial budget (default: its own)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds for one search")
+    parser.add_argument("--compile-jobs", default="auto", help="builds at once (kopt search's option)")
     parser.add_argument("--table", action="store_true", help="print the table of the rows in --out")
     args = parser.parse_args(argv)
     out = args.out.resolve()
@@ -169,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.only or sorted(SEARCHES):
             shapes = args.shapes.split(",") if args.shapes else DEFAULT_SHAPES[name]
             for shape in shapes:
-                row = sweep_one(name, shape, out, args.trials or SEARCHES[name][3], args.timeout)
+                trials = args.trials or SEARCHES[name][3]
+                row = sweep_one(name, shape, out, trials, args.timeout, args.compile_jobs)
                 (out / f"{name}_{shape}.json").write_text(json.dumps(row, indent=2) + "\n")
                 print(json.dumps(row), flush=True)
     rows = [json.loads(path.read_text()) for path in sorted(out.glob("*_*x*x*.json"))]
