@@ -21,8 +21,6 @@ configuration and the ratio for docs/validation.md.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,6 +33,9 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+import search_shapes  # noqa: E402
+
 DIMS = ["--M=4096", "--N=4096", "--K=4096"]
 CASES = {
     "sgemm": (
@@ -62,20 +63,9 @@ CASES = {
 
 
 def kopt(*args: str, cwd: Path, timeout: float) -> dict:
-    env = dict(os.environ, KOPT_CACHE_DIR=os.environ.get("KOPT_CACHE_DIR", str(cwd / "cache")))
-    ran = subprocess.run(
-        [sys.executable, "-m", "kopt_core.cli", *args, "--json"],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    envelope = json.loads(ran.stdout)
-    assert ran.returncode == 0, (
-        f"kopt {args[0]} exited {ran.returncode}: {envelope.get('error')}\n{ran.stderr[-3000:]}"
-    )
+    """``kopt ARGS --json`` in a subprocess (bench/search_shapes.py's): its result, asserting exit 0."""
+    code, envelope = search_shapes.kopt(*args, cwd=cwd, timeout=timeout)
+    assert code == 0, f"kopt {args[0]} exited {code}: {envelope.get('error')}"
     return envelope["result"]
 
 
