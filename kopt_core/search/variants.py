@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -148,13 +148,16 @@ class DeclaredSpace:
         """The first ``count`` declared seeds, in the order written."""
         return self.seeds[: max(count, 0)]
 
-    def near(self, evaluated: Sequence[TrialRecord], busy: set[str]) -> Config | None:
-        """With declared seeds, the configuration to evaluate next (the ``near`` sampler): the next seed
-        not yet evaluated nor ``busy`` while none has passed, else the valid unevaluated point nearest the
-        fastest passing one (``point_distance``; ties to the earlier point of the space's order); None
-        without seeds (the sampler proposes) or when no point is left within reach."""
-        if not self.seeds:
-            return None
+    @property
+    def near(self) -> Callable[[Sequence[TrialRecord], set[str]], Config | None] | None:
+        """The neighbourhood the ``near`` sampler walks (``walk``) when the space declares seeds; None
+        without them, so that ``auto`` samples it with TPE."""
+        return self.walk if self.seeds else None
+
+    def walk(self, evaluated: Sequence[TrialRecord], busy: set[str]) -> Config | None:
+        """The configuration to evaluate next: the next seed not yet evaluated nor ``busy`` while none
+        has passed, else the valid unevaluated point nearest the fastest passing one (``point_distance``;
+        ties to the earlier point of the space's order); None when no point is left within reach."""
         skip = {record.config_id for record in evaluated} | set(busy)
         fastest = fastest_passing(evaluated, 1)
         if not fastest:

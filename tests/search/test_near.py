@@ -180,6 +180,7 @@ def test_tpe_proposes_once_the_neighbourhood_is_exhausted_and_auto_is_tpe_withou
         progress=False,
     )  # fmt: skip
     assert [t.seeded for t in plain.trials] == ["", "", ""]  # auto without a neighbourhood: TPE
+    assert plain.sampler == "tpe" and result.sampler == "near"  # the sampler that proposed, recorded
     grid = run_study(
         declared, objective, storage=optuna.storages.InMemoryStorage(), study_name="g", sampler="grid",
         progress=False, near=two_only,

@@ -109,7 +109,7 @@ def test_near_gives_the_seeds_until_one_passes_then_the_nearest_unevaluated_poin
     assert source.near(evaluated, {config_id(proposed)}) == {"CHUNK": 1024, "ROUNDS": 1}
     everything = tuple(record(n, p, 1.0 + n) for n, p in enumerate(source.space.valid_points()))
     assert source.near(everything, set()) is None
-    assert DeclaredSpace(source.space).near((), set()) is None  # no seeds: the sampler proposes
+    assert DeclaredSpace(source.space).near is None  # no seeds, no neighbourhood: auto is TPE
 
 
 def test_point_distance_counts_steps_in_each_declared_list(tmp_path):
